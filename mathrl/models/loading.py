@@ -1,0 +1,96 @@
+"""Resolve a model spec (embedded name, local folder, hub id) and load it.
+
+A spec is one of:
+
+* an embedded alias (``embedded``, ``smollm2``): the bundled SmolLM2-135M-Instruct,
+  converted on first use (:mod:`mathrl.models.embedded`);
+* a local folder holding a Hugging Face model (``config.json``);
+* a Hugging Face hub id (``Qwen/Qwen2.5-0.5B-Instruct``), loaded through
+  transformers' normal hub path (cached in ``HF_HOME``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from mathrl.models.embedded import ensure_embedded_model, is_embedded
+from mathrl.models.errors import ModelError
+
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+           "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+
+
+def resolve_model_path(spec: str, cache_dir: str | os.PathLike | None = None) -> str:
+    """Turn a model spec into something ``from_pretrained`` accepts.
+
+    Embedded aliases become the converted cache folder; an existing local folder
+    is returned as an absolute path (and must contain ``config.json``); anything
+    that looks like a filesystem path but does not exist is an error; all else is
+    treated as a hub id and returned unchanged.
+    """
+    if not spec:
+        raise ModelError("model spec is empty; give 'embedded', a local folder or a Hugging Face id")
+    if is_embedded(spec):
+        return str(ensure_embedded_model(cache_dir))
+    p = Path(spec).expanduser()
+    if p.is_dir():
+        if not (p / "config.json").is_file():
+            raise ModelError(f"model folder {p} has no config.json; expected a Hugging Face "
+                             "model folder (save_pretrained output) or a mathrl checkpoint's policy/ folder")
+        return str(p.resolve())
+    looks_local = spec.startswith((".", "/", "~")) or spec.count("/") > 1 or p.suffix in {".json", ".safetensors", ".bin"}
+    if looks_local:
+        raise ModelError(f"model path {spec!r} does not exist (resolved to {p.resolve()})")
+    return spec
+
+
+def torch_dtype(name: str | torch.dtype) -> torch.dtype:
+    """Map a config dtype name (``float32``/``bf16``/...) to a torch dtype."""
+    if isinstance(name, torch.dtype):
+        return name
+    try:
+        return _DTYPES[name]
+    except KeyError:
+        raise ModelError(f"unknown dtype {name!r}; allowed: {', '.join(_DTYPES)}") from None
+
+
+def _hub_hint(spec: str, exc: Exception) -> ModelError:
+    return ModelError(
+        f"cannot load model {spec!r}: {type(exc).__name__}: {exc}. If this is a hub id, the hub may "
+        "be unreachable (offline machine?): download it elsewhere and pass the local folder, "
+        "or use --model embedded"
+    )
+
+
+def load_tokenizer(spec: str, *, cache_dir: str | os.PathLike | None = None, padding_side: str = "left"):
+    """Load the tokenizer of a model spec; pad = eos when the model defines no pad token."""
+    from transformers import AutoTokenizer
+
+    path = resolve_model_path(spec, cache_dir)
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+    except Exception as exc:
+        raise _hub_hint(spec, exc) from None
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = padding_side
+    return tok
+
+
+def load_causal_lm(spec: str, *, dtype: str | torch.dtype = "float32",
+                   cache_dir: str | os.PathLike | None = None, gradient_checkpointing: bool = False):
+    """Load a causal LM from a model spec in ``dtype`` (float32 on CPU)."""
+    from transformers import AutoModelForCausalLM
+
+    path = resolve_model_path(spec, cache_dir)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(dtype))
+    except Exception as exc:
+        raise _hub_hint(spec, exc) from None
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        model.config.use_cache = False
+    return model

@@ -1,0 +1,118 @@
+"""Config tree: YAML recipes, dotted overrides, one-line errors naming key, value, origin and what is allowed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mathrl.config import Config, ConfigError, describe_fields, dump_yaml, load_config
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_defaults_validate_and_auto_resolution():
+    cfg = load_config()
+    assert cfg.algo.name == "grpo" and cfg.advantage == "grpo" and cfg.kl_in == "loss"
+    ppo = load_config(None, ["algo.name=ppo", "rollout.n=1"])
+    assert ppo.advantage == "gae" and ppo.kl_in == "reward"
+
+
+@pytest.mark.parametrize("recipe", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_recipe_loads(recipe):
+    load_config(recipe)
+
+
+def test_overrides_are_coerced_by_field_type():
+    cfg = load_config(None, ["algo.kl_coef=0.01", "train.lr=1e-5", "rollout.stop=[a, b]", "eval.k=1,2",
+                             "algo.dual_clip=3", "algo.dual_clip=null", "train.steps=7",
+                             "data.skip_bad_rows=true", "model.name=./some/dir"])
+    assert cfg.algo.kl_coef == 0.01 and cfg.train.lr == 1e-5
+    assert cfg.rollout.stop == ["a", "b"] and cfg.eval.k == [1, 2]
+    assert cfg.algo.dual_clip is None and cfg.train.steps == 7 and cfg.data.skip_bad_rows is True
+
+
+def test_yaml_then_cli_precedence(tmp_path):
+    f = tmp_path / "r.yaml"
+    f.write_text("algo:\n  kl_coef: 0.5\ntrain:\n  lr: 1e-6\n")  # YAML 1.1 reads 1e-6 as a string
+    cfg = load_config(f, ["algo.kl_coef=0.1"])
+    assert cfg.algo.kl_coef == 0.1 and cfg.train.lr == 1e-6
+
+
+@pytest.mark.parametrize("override, fragments", [
+    ("algo.kl_cof=1", ["unknown key 'algo.kl_cof'", "did you mean 'algo.kl_coef'"]),
+    ("algoo.kl_coef=1", ["unknown key 'algoo.kl_coef'", "did you mean 'algo'"]),
+    ("algo.kl_coef=-1", ["algo.kl_coef = -1.0", "command line", "allowed: >= 0.0"]),
+    ("algo.kl_coef=abc", ["algo.kl_coef = 'abc'", "allowed: a number"]),
+    ("rollout.backend=tpu", ["rollout.backend = 'tpu'", "one of 'auto', 'vllm', 'hf'"]),
+    ("train.steps=1.5", ["train.steps = '1.5'", "an integer"]),
+    ("rollout.top_p=0", ["rollout.top_p = 0.0", "> 0.0"]),
+    ("algo.dual_clip=0.5", ["algo.dual_clip = 0.5", "> 1.0"]),
+    ("algo.clip_low=1.5", ["algo.clip_low = 1.5", "< 1.0"]),
+    ("eval.k=1,99", ["eval.k", "k <= eval.n"]),
+    ("rollout.n=1", ["rollout.n = 1", "rollout.n >= 2"]),
+    ("train.mini_batch_size=3", ["train.mini_batch_size = 3", "divide"]),
+    ("train.resume=/no/such/ckpt", ["train.resume", "no such checkpoint"]),
+    ("kl_coef=0.1", ["unknown key 'kl_coef'"]),
+    ("algo.kl_coef", ["must look like key.sub=value"]),
+])
+def test_bad_overrides_give_one_line_errors(override, fragments):
+    with pytest.raises(ConfigError) as info:
+        load_config(None, [override])
+    msg = str(info.value)
+    assert "\n" not in msg
+    for frag in fragments:
+        assert frag in msg, (frag, msg)
+
+
+def test_yaml_errors_name_file_and_line(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("model:\n  name: embedded\nalgo:\n  kl_coef: 0.04\n  clip_lo: 0.2\n")
+    with pytest.raises(ConfigError, match=r"unknown key 'algo.clip_lo' \(.*bad.yaml:5\).*algo.clip_low"):
+        load_config(f)
+    f.write_text("train:\n  steps: many\n")
+    with pytest.raises(ConfigError, match=r"train.steps = 'many' \(.*bad.yaml:2\)"):
+        load_config(f)
+    f.write_text("train: [1, 2\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml:\d+: invalid YAML"):
+        load_config(f)
+    f.write_text("- just\n- a list\n")
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        load_config(f)
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_config(tmp_path / "missing.yaml")
+
+
+def test_every_field_is_documented_and_dump_round_trips(tmp_path):
+    rows = describe_fields()
+    assert len(rows) > 50
+    for key, _tp, _default, doc in rows:
+        assert len(doc) > 10, key
+    cfg = load_config(None, ["algo.kl_coef=0.2", "eval.k=1,2"])
+    f = tmp_path / "dump.yaml"
+    f.write_text(dump_yaml(cfg))
+    assert load_config(f) == cfg
+    assert Config() == load_config()
+
+
+def _mathrl(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "mathrl.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO)
+
+
+def test_cli_train_help_lists_fields_and_errors_have_no_traceback():
+    out = _mathrl("train", "--help")
+    assert out.returncode == 0
+    assert "algo.kl_coef = 0.04" in out.stdout and "rollout.n = 8" in out.stdout
+    bad = _mathrl("train", "configs/demo.yaml", "algo.kl_coef=-2")
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == [
+        "mathrl train: error: algo.kl_coef = -2.0 (command line): out of range; allowed: >= 0.0"]
+    ok = _mathrl("train", "configs/demo.yaml", "algo.kl_coef=0.1", "--print-config")
+    assert ok.returncode == 0 and "kl_coef: 0.1" in ok.stdout
+    top = _mathrl("--help")
+    assert top.returncode == 0 and "train" in top.stdout and "verify" in top.stdout
+    unknown = _mathrl("fly")
+    assert unknown.returncode == 2 and "unknown command 'fly'" in unknown.stderr
