@@ -1,0 +1,189 @@
+"""One entry point for every source: :func:`load_problems` (and :func:`load_source` with the report)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mathrl.data.errors import BadRow, DataError, RowError
+from mathrl.data.problem import Problem
+from mathrl.data.readers import RawRow, iter_hub_rows, iter_local_rows, resolve_local_path
+from mathrl.data.sources import SOURCES, SourceSpec
+
+logger = logging.getLogger("mathrl.data")
+
+SYNTHETIC = "synthetic"
+DEFAULT_SPLIT = "test"
+
+
+@dataclass
+class LoadResult:
+    """What a load produced: the problems, and every row that was skipped and why.
+
+    Attributes:
+        source: the source name.
+        split: the split label used in ids.
+        origin: the file read, or ``hub:<name>``, or ``synthetic``.
+        problems: the mapped problems, in file order.
+        bad_rows: rows skipped because ``skip_bad_rows`` was set (empty otherwise:
+            without the flag the first bad row raises).
+        rows_read: rows looked at (good + bad); with ``limit`` reading stops early.
+    """
+
+    source: str
+    split: str
+    origin: str
+    problems: list[Problem] = field(default_factory=list)
+    bad_rows: list[BadRow] = field(default_factory=list)
+    rows_read: int = 0
+
+
+def source_names() -> list[str]:
+    """Every source ``load_problems`` accepts."""
+    return sorted([*SOURCES, SYNTHETIC])
+
+
+def get_source(name: str) -> SourceSpec:
+    """The registered :class:`SourceSpec` for ``name``.
+
+    Raises:
+        DataError: unknown name (the message lists the known ones).
+    """
+    try:
+        return SOURCES[name]
+    except KeyError:
+        raise DataError(f"unknown data source '{name}'; known sources: {', '.join(source_names())}") from None
+
+
+def load_problems(
+    source: str,
+    path: str | Path | None = None,
+    split: str | None = None,
+    *,
+    limit: int | None = None,
+    skip_bad_rows: bool = False,
+    **options: Any,
+) -> list[Problem]:
+    """Load ``source`` as a list of :class:`Problem`.
+
+    Args:
+        source: a registered name (see :func:`source_names`), or ``synthetic``.
+        path: a local ``.jsonl``/``.json``/``.parquet`` file, or a folder holding
+            ``<split>.<suffix>``; ``None`` loads from the Hugging Face hub through
+            ``datasets.load_dataset``.
+        split: the split to read. For a folder or the hub the default is
+            ``test``; for a file it only labels ids and defaults to the file's
+            stem (``train.jsonl`` -> ``train``). Synthetic: ``train`` and
+            ``test`` draw different problems (default ``train``).
+        limit: keep at most this many problems (reading stops there).
+        skip_bad_rows: skip rows that cannot be mapped instead of raising; the
+            count is logged at WARNING (use :func:`load_source` for the list).
+        **options: source options; only ``synthetic`` has any
+            (``n``, ``level``, ``seed``, see :func:`mathrl.data.synthetic.generate`).
+
+    Raises:
+        DataError: unknown source or option, unreadable or empty file, or (without
+            ``skip_bad_rows``) the first bad row, named by file, line and field.
+    """
+    return load_source(
+        source, path, split, limit=limit, skip_bad_rows=skip_bad_rows, **options
+    ).problems
+
+
+def load_source(
+    source: str,
+    path: str | Path | None = None,
+    split: str | None = None,
+    *,
+    limit: int | None = None,
+    skip_bad_rows: bool = False,
+    **options: Any,
+) -> LoadResult:
+    """Like :func:`load_problems` but returns the :class:`LoadResult` with the skipped rows."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise DataError(f"limit must be a non-negative integer or None, got {limit!r}")
+    if source == SYNTHETIC:
+        return _load_synthetic(path, split, limit, options)
+    spec = get_source(source)
+    if options:
+        raise DataError(
+            f"source '{source}' takes no options, got {sorted(options)}; only 'synthetic' has options"
+        )
+    if path is not None:
+        file = resolve_local_path(path, split or DEFAULT_SPLIT)
+        label = split or (file.stem if Path(path).is_file() else DEFAULT_SPLIT)
+        rows: Iterator[RawRow] = iter_local_rows(file)
+        origin = str(file)
+    else:
+        if spec.hub_name is None:
+            raise DataError(f"source '{source}' has no hub location; pass a local file with --path")
+        label = split or DEFAULT_SPLIT
+        rows = iter_hub_rows(spec.hub_name, spec.hub_configs, spec.hub_splits.get(label, label))
+        origin = f"hub:{spec.hub_name}"
+    result = LoadResult(source=source, split=label, origin=origin)
+    _map_rows(spec, rows, result, limit, skip_bad_rows)
+    if result.rows_read == 0 and limit != 0:
+        raise DataError(f"{origin}: no rows (the file or split is empty)")
+    if result.bad_rows:
+        logger.warning(
+            "%s: skipped %d bad row(s) of %d read from %s; first: %s",
+            source,
+            len(result.bad_rows),
+            result.rows_read,
+            origin,
+            result.bad_rows[0].message(),
+        )
+    return result
+
+
+def _map_rows(
+    spec: SourceSpec, rows: Iterator[RawRow], result: LoadResult, limit: int | None, skip: bool
+) -> None:
+    if limit == 0:
+        return
+    for index, (location, row) in enumerate(rows):
+        result.rows_read += 1
+        try:
+            if isinstance(row, RowError):
+                raise row
+            question, gold, meta = spec.map_row(row)
+        except RowError as exc:
+            bad = BadRow(location=location, field=exc.field, reason=exc.reason)
+            if not skip:
+                raise DataError(
+                    f"{bad.message()} (source '{spec.name}' expects fields {', '.join(spec.fields)}; "
+                    f"set skip_bad_rows / --skip-bad-rows to skip and count such rows)"
+                ) from None
+            result.bad_rows.append(bad)
+            continue
+        meta = {**meta, "location": location}
+        result.problems.append(
+            Problem(
+                id=f"{spec.name}/{result.split}/{index}",
+                question=question.strip(),
+                gold=gold,
+                source=spec.name,
+                meta=meta,
+            )
+        )
+        if limit is not None and len(result.problems) >= limit:
+            return
+
+
+def _load_synthetic(
+    path: str | Path | None, split: str | None, limit: int | None, options: dict[str, Any]
+) -> LoadResult:
+    from mathrl.data.synthetic import load_synthetic
+
+    if path is not None:
+        raise DataError(f"source 'synthetic' is generated, it reads no file (got path {str(path)!r})")
+    label = split or "train"
+    problems = load_synthetic(split=label, **options)
+    if limit is not None:
+        problems = problems[:limit]
+    return LoadResult(
+        source=SYNTHETIC, split=label, origin=SYNTHETIC, problems=problems, rows_read=len(problems)
+    )

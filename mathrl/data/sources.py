@@ -1,0 +1,367 @@
+"""Registry of problem sources and their field mappings.
+
+Each :class:`SourceSpec` says where a dataset lives on the Hugging Face hub,
+which fields hold the question and the gold answer, and how to turn one raw row
+into ``(question, gold, meta)``. Mappers are pure functions of the row; they
+raise :class:`RowError` naming the field when the row cannot be mapped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from mathrl.data.errors import RowError, shorten
+from mathrl.data.gold import format_number, gsm8k_gold, last_boxed, strip_unit
+
+Mapped = tuple[str, str, dict[str, Any]]
+RowMapper = Callable[[Mapping[str, Any]], Mapped]
+
+# The seven subject configs of EleutherAI/hendrycks_math (the full MATH set).
+MATH_SUBJECTS = (
+    "algebra",
+    "counting_and_probability",
+    "geometry",
+    "intermediate_algebra",
+    "number_theory",
+    "prealgebra",
+    "precalculus",
+)
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """One dataset: hub location, field mapping and documentation.
+
+    Attributes:
+        name: the source name users type (``gsm8k``, ``math500``, ...).
+        description: one line for ``mathrl data sources`` and the dataset card.
+        fields: the raw fields the mapper reads.
+        question_rule / gold_rule: how question and gold are built (documentation).
+        license: licence of the data.
+        hub_name: ``datasets.load_dataset`` name, or ``None`` when not on the hub.
+        hub_configs: configs loaded and concatenated (``(None,)`` for the default).
+        hub_splits: mathrl split name -> hub split name, for hubs whose only
+            split has another name (e.g. AIME 2024 ships as ``train``). Splits
+            not listed are passed through unchanged.
+        map_row: the row mapper.
+    """
+
+    name: str
+    description: str
+    fields: tuple[str, ...]
+    question_rule: str
+    gold_rule: str
+    license: str
+    hub_name: str | None
+    map_row: RowMapper
+    hub_configs: tuple[str | None, ...] = (None,)
+    hub_splits: Mapping[str, str] = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------- field helpers
+
+
+def _present(row: Mapping[str, Any], name: str) -> bool:
+    return name in row and row[name] is not None
+
+
+def _missing(row: Mapping[str, Any], name: str) -> RowError:
+    return RowError(name, f"missing (fields present: {sorted(row)})")
+
+
+def text_field(row: Mapping[str, Any], *names: str) -> str:
+    """The first of ``names`` present in ``row``, as non-empty text.
+
+    Raises:
+        RowError: none present (names the first), not a string, or blank.
+    """
+    for name in names:
+        if _present(row, name):
+            value = row[name]
+            if not isinstance(value, str):
+                raise RowError(name, f"expected text, got {type(value).__name__} {shorten(value)}")
+            if not value.strip():
+                raise RowError(name, "is empty")
+            return value
+    raise _missing(row, names[0])
+
+
+def answer_field(row: Mapping[str, Any], name: str, *, canonical_text: bool = True) -> str:
+    """A gold given directly as text or a number.
+
+    Numbers go through :func:`format_number`; text does too when
+    ``canonical_text`` (plain integers lose leading zeros and thousands commas),
+    else it is only stripped (LaTeX answers such as ``1,2,3`` are lists, not
+    thousands).
+    """
+    if not _present(row, name):
+        raise _missing(row, name)
+    value = row[name]
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise RowError(name, f"expected a number or text, got {type(value).__name__} {shorten(value)}")
+    try:
+        gold = value.strip() if isinstance(value, str) and not canonical_text else format_number(value)
+    except ValueError as exc:
+        raise RowError(name, str(exc)) from exc
+    if not gold:
+        raise RowError(name, "empty gold answer")
+    return gold
+
+
+def boxed_gold(solution: str, name: str = "solution") -> str:
+    """The last ``\\boxed{}`` of a solution as the gold, or a RowError saying why not."""
+    gold = last_boxed(solution)
+    if gold is None:
+        raise RowError(
+            name, f"no complete \\boxed{{...}} to take the gold answer from (ends with {shorten(solution[-60:])})"
+        )
+    if not gold:
+        raise RowError(name, "the last \\boxed{} is empty")
+    return gold
+
+
+def _level(value: Any) -> tuple[int | None, Any]:
+    """MATH level as an int: ``3`` or ``'Level 3'`` -> 3; ``'Level ?'`` -> None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value, value
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*(?:Level\s*)?(\d+)\s*", value)
+        if m:
+            return int(m.group(1)), value
+    return None, value
+
+
+def _orig_id(row: Mapping[str, Any], *names: str) -> dict[str, Any]:
+    for name in names:
+        if _present(row, name):
+            return {"orig_id": row[name]}
+    return {}
+
+
+# ----------------------------------------------------------------------------- mappers
+
+
+def map_gsm8k(row: Mapping[str, Any]) -> Mapped:
+    """GSM8K: question = ``question``; gold = text after ``####`` in ``answer``, commas removed."""
+    question = text_field(row, "question")
+    answer = text_field(row, "answer")
+    try:
+        gold = gsm8k_gold(answer)
+    except ValueError as exc:
+        raise RowError("answer", f"{exc} (ends with {shorten(answer[-60:])})") from exc
+    return question, gold, {"solution": answer}
+
+
+def map_math(row: Mapping[str, Any]) -> Mapped:
+    """Hendrycks MATH / MATH-500: question = ``problem``; gold = ``answer`` or last ``\\boxed{}`` of ``solution``."""
+    question = text_field(row, "problem")
+    solution = row.get("solution") if isinstance(row.get("solution"), str) else None
+    raw_answer = row.get("answer")
+    if raw_answer is not None and not (isinstance(raw_answer, str) and not raw_answer.strip()):
+        gold = answer_field(row, "answer", canonical_text=False)
+    elif solution is not None:
+        gold = boxed_gold(solution)
+    else:
+        raise RowError("answer", "missing or empty, and there is no 'solution' to take the last \\boxed{} from")
+    meta: dict[str, Any] = {}
+    subject = row.get("subject") or row.get("type")
+    if subject is not None:
+        meta["subject"] = subject
+    if "level" in row:
+        level, raw = _level(row["level"])
+        meta["level"] = level
+        if level is None or raw != level:
+            meta["level_raw"] = raw
+    if solution is not None:
+        meta["solution"] = solution
+    if _present(row, "unique_id"):
+        meta["unique_id"] = row["unique_id"]
+    return question, gold, meta
+
+
+def map_minerva(row: Mapping[str, Any]) -> Mapped:
+    """Minerva OCW: question = ``problem``; gold = last ``\\boxed{}`` of ``solution`` (else ``answer``)."""
+    question = text_field(row, "problem", "question")
+    if _present(row, "solution"):
+        solution = text_field(row, "solution")
+        gold = boxed_gold(solution)
+        meta: dict[str, Any] = {"solution": solution}
+    else:
+        if not _present(row, "answer"):
+            raise RowError("solution", f"missing, and no 'answer' either (fields present: {sorted(row)})")
+        gold = answer_field(row, "answer")
+        meta = {}
+    if _present(row, "type"):
+        meta["subject"] = row["type"]
+    meta.update(_orig_id(row, "idx", "id"))
+    return question, gold, meta
+
+
+def map_aime(row: Mapping[str, Any]) -> Mapped:
+    """AIME 2024: question = ``problem``; gold = ``answer`` (leading zeros dropped: ``025`` -> ``25``)."""
+    question = text_field(row, "problem", "question")
+    gold = answer_field(row, "answer")
+    meta: dict[str, Any] = {}
+    if isinstance(row.get("answer"), str) and row["answer"].strip() != gold:
+        meta["answer_raw"] = row["answer"]
+    for key in ("solution", "url", "year"):
+        if _present(row, key):
+            meta[key] = row[key]
+    meta.update(_orig_id(row, "id"))
+    return question, gold, meta
+
+
+def map_amc(row: Mapping[str, Any]) -> Mapped:
+    """AMC 2023: question = ``problem`` (or ``question``); gold = ``answer`` (``27.0`` -> ``27``)."""
+    question = text_field(row, "problem", "question")
+    gold = answer_field(row, "answer")
+    meta: dict[str, Any] = {}
+    if _present(row, "url"):
+        meta["url"] = row["url"]
+    meta.update(_orig_id(row, "id"))
+    return question, gold, meta
+
+
+def _join_body_question(body: str, question: str) -> str:
+    """``body`` and ``question`` as one text; a period closes a body that lacks end punctuation."""
+    body = body.strip()
+    if body and body[-1] not in ".?!":
+        body += "."
+    return f"{body} {question.strip()}"
+
+
+def map_svamp(row: Mapping[str, Any]) -> Mapped:
+    """SVAMP: question = ``Body`` + " " + ``Question``; gold = ``Answer`` (``145.0`` -> ``145``)."""
+    question = _join_body_question(text_field(row, "Body"), text_field(row, "Question"))
+    gold = answer_field(row, "Answer")
+    meta: dict[str, Any] = {}
+    if _present(row, "Equation"):
+        meta["equation"] = row["Equation"]
+    if _present(row, "Type"):
+        meta["type"] = row["Type"]
+    meta.update(_orig_id(row, "ID", "idx"))
+    return question, gold, meta
+
+
+def map_asdiv(row: Mapping[str, Any]) -> Mapped:
+    """ASDiv: question = ``body`` + " " + ``question``; gold = ``answer`` without its unit.
+
+    ``'9 (apples)'`` -> ``9``. A few answers are not numbers (``'3:30 p.m.'``,
+    ``'5:6'``, ``'Yes'``); they are kept as written, the unit removed, and the
+    reward stage compares them.
+    """
+    question = _join_body_question(text_field(row, "body"), text_field(row, "question"))
+    raw = row.get("answer")
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        gold, unit = format_number(raw), None
+    else:
+        text = text_field(row, "answer")
+        if re.fullmatch(r"\s*\([^()]*[A-Za-z][^()]*\)\s*", text):
+            raise RowError("answer", f"only a unit, no value before it: {shorten(raw)}")
+        value, unit = strip_unit(text)
+        gold = format_number(value)
+    meta: dict[str, Any] = {"answer_raw": raw}
+    if unit is not None:
+        meta["unit"] = unit
+    for key in ("solution_type", "formula"):
+        if _present(row, key):
+            meta[key] = row[key]
+    meta.update(_orig_id(row, "idx", "id"))
+    return question, gold, meta
+
+
+# ----------------------------------------------------------------------------- registry
+
+SOURCES: dict[str, SourceSpec] = {
+    spec.name: spec
+    for spec in (
+        SourceSpec(
+            name="gsm8k",
+            description="GSM8K grade-school word problems (7473 train / 1319 test)",
+            fields=("question", "answer"),
+            question_rule="question",
+            gold_rule="text after the last '####' of answer, thousands commas removed",
+            license="MIT",
+            hub_name="openai/gsm8k",
+            hub_configs=("main",),
+            map_row=map_gsm8k,
+        ),
+        SourceSpec(
+            name="math",
+            description="Hendrycks MATH competition problems, all seven subjects (7500 train / 5000 test)",
+            fields=("problem", "solution", "level", "type", "answer (optional)"),
+            question_rule="problem",
+            gold_rule="answer field if present, else the last \\boxed{} of solution (nested braces kept)",
+            license="MIT",
+            hub_name="EleutherAI/hendrycks_math",
+            hub_configs=MATH_SUBJECTS,
+            map_row=map_math,
+        ),
+        SourceSpec(
+            name="math500",
+            description="MATH-500, the 500-problem test subset of MATH used by 'Let's Verify Step by Step'",
+            fields=("problem", "solution", "answer", "subject", "level"),
+            question_rule="problem",
+            gold_rule="answer (LaTeX), else the last \\boxed{} of solution",
+            license="MIT",
+            hub_name="HuggingFaceH4/MATH-500",
+            map_row=map_math,
+        ),
+        SourceSpec(
+            name="minerva_math",
+            description="Minerva OCW undergraduate STEM problems (272), as in Qwen2.5-Math's evaluation",
+            fields=("problem", "solution", "type", "idx"),
+            question_rule="problem",
+            gold_rule="last \\boxed{} of solution",
+            license="see the Minerva paper's OCW problem release (MIT OpenCourseWare, CC BY-NC-SA)",
+            hub_name="knoveleng/Minerva-Math",
+            hub_splits={"test": "train"},
+            map_row=map_minerva,
+        ),
+        SourceSpec(
+            name="aime24",
+            description="AIME 2024 I and II (30 problems, integer answers 0-999)",
+            fields=("id", "problem", "solution", "answer", "url"),
+            question_rule="problem",
+            gold_rule="answer as an integer (leading zeros dropped)",
+            license="problems (c) MAA, collected from the AoPS wiki; research use",
+            hub_name="HuggingFaceH4/aime_2024",
+            hub_splits={"test": "train"},
+            map_row=map_aime,
+        ),
+        SourceSpec(
+            name="amc23",
+            description="AMC 2023 (40 problems with numeric answers), as in Qwen2.5-Math's evaluation",
+            fields=("id", "problem", "answer", "url"),
+            question_rule="problem (else question)",
+            gold_rule="answer; integer-valued floats lose '.0' (27.0 -> 27)",
+            license="problems (c) MAA, collected from the AoPS wiki; research use",
+            hub_name="zwhe99/amc23",
+            map_row=map_amc,
+        ),
+        SourceSpec(
+            name="svamp",
+            description="SVAMP one-step arithmetic word problems with varied structure (1000)",
+            fields=("Body", "Question", "Answer", "Equation", "Type", "ID"),
+            question_rule="Body + ' ' + Question (a period added when Body lacks end punctuation)",
+            gold_rule="Answer; integer-valued floats lose '.0'",
+            license="MIT",
+            hub_name="ChilleD/SVAMP",
+            map_row=map_svamp,
+        ),
+        SourceSpec(
+            name="asdiv",
+            description="ASDiv diverse primary-school word problems (2215 in Qwen2.5-Math's evaluation)",
+            fields=("body", "question", "answer", "solution_type", "formula"),
+            question_rule="body + ' ' + question",
+            gold_rule="answer without its trailing '(unit)': '9 (apples)' -> '9'",
+            license="CC BY-NC 4.0",
+            hub_name="EleutherAI/asdiv",
+            hub_splits={"test": "validation"},
+            map_row=map_asdiv,
+        ),
+    )
+}
