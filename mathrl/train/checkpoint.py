@@ -1,0 +1,147 @@
+"""Checkpoints: atomic, self-describing, resumable.
+
+Layout of ``<output_dir>/checkpoints/step_000010/``::
+
+    policy/              Hugging Face folder (config, safetensors, tokenizer): load with
+                         transformers or vLLM, or pass as --model to mathrl eval
+    critic/              PPO only: backbone + value head (mathrl.models.value_head)
+    ds_policy/ ds_critic/ DeepSpeed engine state: fp32 weights, optimizer, LR scheduler
+    trainer_state.json   step, data position, metric history pointer, config
+    MANIFEST.json        written last: every file with its size
+
+A checkpoint is written under ``.tmp-step_000010`` and renamed to its final name
+only when complete (files fsynced, manifest written last), so a crash leaves
+either the previous checkpoints or a complete new one; leftover temporary
+folders are removed at the next start. Sampling seeds and data order are pure
+functions of (seed, step), so weights + optimizer + scheduler + step restore a
+run exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+CKPT_RE = re.compile(r"^step_(\d{6,})$")
+MANIFEST = "MANIFEST.json"
+STATE = "trainer_state.json"
+
+
+def ckpt_root(output_dir: str | os.PathLike) -> Path:
+    return Path(output_dir) / "checkpoints"
+
+
+def step_dirname(step: int) -> str:
+    return f"step_{step:06d}"
+
+
+def _fsync_tree(path: Path) -> None:
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        dfd = os.open(root, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def write_manifest(folder: Path, extra: dict[str, Any] | None = None) -> None:
+    files = {}
+    for p in sorted(folder.rglob("*")):
+        if p.is_file() and p.name != MANIFEST:
+            files[str(p.relative_to(folder))] = p.stat().st_size
+    manifest = {"files": files, **(extra or {})}
+    tmp = folder / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=1))
+    with open(tmp, "rb+") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, folder / MANIFEST)
+
+
+def is_complete(folder: Path) -> bool:
+    """A checkpoint is complete when its manifest exists and every listed file has its size."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    for rel, size in manifest.get("files", {}).items():
+        p = folder / rel
+        if not p.is_file() or p.stat().st_size != size:
+            return False
+    return True
+
+
+def list_checkpoints(output_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+    """Complete checkpoints, oldest first."""
+    root = ckpt_root(output_dir)
+    if not root.is_dir():
+        return []
+    out = []
+    for p in root.iterdir():
+        m = CKPT_RE.match(p.name)
+        if m and p.is_dir() and is_complete(p):
+            out.append((int(m.group(1)), p))
+    return sorted(out)
+
+
+def find_resume(output_dir: str | os.PathLike, resume: str) -> Path | None:
+    """The checkpoint to resume from: None for 'none'; the newest complete one for 'auto'; or a path."""
+    if resume == "none":
+        return None
+    if resume == "auto":
+        found = list_checkpoints(output_dir)
+        return found[-1][1] if found else None
+    p = Path(resume)
+    if not is_complete(p):
+        raise ValueError(f"train.resume={resume!r}: {p} is not a complete mathrl checkpoint (no valid {MANIFEST})")
+    return p
+
+
+def clean_temporaries(output_dir: str | os.PathLike) -> list[Path]:
+    """Remove half-written checkpoint folders left by a crash."""
+    root = ckpt_root(output_dir)
+    removed = []
+    if root.is_dir():
+        for p in root.glob(".tmp-step_*"):
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+    return removed
+
+
+def begin(output_dir: str | os.PathLike, step: int) -> Path:
+    tmp = ckpt_root(output_dir) / f".tmp-{step_dirname(step)}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def commit(tmp: Path, step: int, keep_last: int, extra: dict[str, Any] | None = None) -> Path:
+    """fsync, write the manifest last, rename into place, then prune old checkpoints."""
+    _fsync_tree(tmp)
+    write_manifest(tmp, {"step": step, **(extra or {})})
+    final = tmp.parent / step_dirname(step)
+    if final.exists():
+        shutil.rmtree(final)
+    os.rename(tmp, final)
+    dfd = os.open(tmp.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    complete = list_checkpoints(tmp.parent.parent)
+    for _s, p in complete[:-keep_last] if keep_last > 0 else []:
+        shutil.rmtree(p, ignore_errors=True)
+    return final
+
+
+def read_state(folder: Path) -> dict[str, Any]:
+    return json.loads((folder / STATE).read_text())

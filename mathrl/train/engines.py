@@ -1,0 +1,176 @@
+"""DeepSpeed behind a small interface: process group, engine construction, LR schedules.
+
+The trainer never touches DeepSpeed's config dictionaries directly: it asks for
+an engine for a module with a learning rate, and this module fills the
+``"auto"`` values of the chosen ``ds_configs/*.json`` from the mathrl config.
+
+Gradient accumulation is *caller-owned* (``managed_gradient_accumulation:
+false``): the trainer runs as many backward passes as its token-budgeted
+micro-batches need, then one ``step()``. DeepSpeed averages gradients over
+ranks, so the trainer scales its (globally normalised) micro-batch losses by the
+world size; see :func:`mathrl.algo.losses.global_normalizers`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REPO_DS_CONFIGS = Path(__file__).resolve().parents[2] / "ds_configs"
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int
+    world_size: int
+    local_rank: int
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def device() -> torch.device:
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    return torch.device("cpu")
+
+
+def init_distributed() -> DistInfo:
+    """Initialise the process group once (gloo on CPU, nccl on GPU).
+
+    Launched by ``deepspeed``/``torchrun`` the environment already names rank and
+    world size; a plain ``mathrl train`` is a world of one on 127.0.0.1.
+    """
+    import deepspeed
+    import torch.distributed as dist
+
+    if "RANK" not in os.environ:
+        os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1",
+                           "MASTER_ADDR": "127.0.0.1"})
+        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    if not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        deepspeed.init_distributed(dist_backend=backend)
+    return DistInfo(rank=dist.get_rank(), world_size=dist.get_world_size(),
+                    local_rank=int(os.environ.get("LOCAL_RANK", 0)))
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    """'auto' = bf16 on GPU, fp32 on CPU (bf16 matmuls are ~5x slower on AVX2 CPUs)."""
+    if name == "auto":
+        return torch.bfloat16 if torch.cuda.is_available() else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def ds_config(stage: int, offload: str, *, micro_batch: int, world_size: int, grad_clip: float,
+              dtype: torch.dtype, config_path: str | None = None) -> dict[str, Any]:
+    """Load the DeepSpeed JSON for ``stage``/``offload`` and fill its ``"auto"`` values.
+
+    ``train_batch_size`` is ``micro_batch * world_size`` (one caller-owned accumulation
+    boundary per step; micro-batch counts vary with the token budget).
+    """
+    if config_path:
+        path = Path(config_path)
+    else:
+        name = {("none", 0): "zero1", ("none", 1): "zero1", ("none", 2): "zero2", ("none", 3): "zero3",
+                ("optimizer", 2): "zero2_offload", ("optimizer", 3): "zero3_offload",
+                ("all", 3): "zero3_offload"}.get((offload, stage))
+        if name is None:
+            raise ValueError(f"deepspeed.offload={offload!r} needs zero_stage 2 or 3 ('all' needs 3), got {stage}")
+        path = REPO_DS_CONFIGS / f"{name}.json"
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read DeepSpeed config {path}: {exc}") from None
+    cfg = copy.deepcopy(cfg)
+    if config_path is None:
+        cfg["zero_optimization"]["stage"] = stage
+        if stage == 3 and offload == "optimizer":
+            cfg["zero_optimization"].pop("offload_param", None)
+    if cfg.get("train_micro_batch_size_per_gpu") == "auto":
+        cfg["train_micro_batch_size_per_gpu"] = micro_batch
+    cfg.setdefault("gradient_accumulation_steps", 1)
+    cfg["train_batch_size"] = cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"] * world_size
+    if cfg.get("gradient_clipping") == "auto":
+        cfg["gradient_clipping"] = float(grad_clip)
+    bf16 = cfg.setdefault("bf16", {})
+    if bf16.get("enabled") == "auto":
+        bf16["enabled"] = dtype == torch.bfloat16
+    if "fp16" in cfg and cfg["fp16"].get("enabled") == "auto":
+        cfg["fp16"]["enabled"] = dtype == torch.float16
+    if not torch.cuda.is_available():
+        zo = cfg.get("zero_optimization", {})
+        for key in ("offload_optimizer", "offload_param"):
+            if key in zo:
+                zo[key]["pin_memory"] = False  # no pinned memory without CUDA
+    return cfg
+
+
+def lr_lambda(schedule: str, warmup: int, total: int):
+    """Multiplier of the base LR at optimizer step ``s`` (linear warm-up, then the schedule)."""
+
+    def f(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        if schedule == "constant" or total <= warmup:
+            return 1.0
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        if schedule == "linear":
+            return 1.0 - progress
+        return 0.5 * (1.0 + math.cos(math.pi * progress))  # cosine
+
+    return f
+
+
+def build_engine(module: torch.nn.Module, *, lr: float, weight_decay: float, schedule: str, warmup: int,
+                 total_steps: int, stage: int, offload: str, grad_clip: float, dtype: torch.dtype,
+                 world_size: int, config_path: str | None = None, betas=(0.9, 0.999)):
+    """A DeepSpeed engine with torch AdamW as the client optimizer and a LambdaLR schedule.
+
+    torch's AdamW is used on CPU because DeepSpeed's CPU/fused Adam JIT-compiles for
+    minutes on first use; on GPU with offload, DeepSpeedCPUAdam is the right choice
+    and DeepSpeed picks it from the JSON when an ``optimizer`` block is given there.
+    """
+    import deepspeed
+
+    params = [p for p in module.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=betas)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(schedule, warmup, total_steps))
+    config = ds_config(stage, offload, micro_batch=1, world_size=world_size, grad_clip=grad_clip,
+                       dtype=dtype, config_path=config_path)
+    engine, _, _, _ = deepspeed.initialize(model=module, optimizer=optimizer, lr_scheduler=scheduler,
+                                           config=config)
+    return engine
+
+
+def build_inference_engine(module: torch.nn.Module, *, stage: int, dtype: torch.dtype, world_size: int):
+    """A frozen model (the reference policy). Sharded with ZeRO-3 when the policy is; else a plain module."""
+    module.requires_grad_(False)
+    module.eval()
+    if stage != 3:
+        return module.to(device())
+    import deepspeed
+
+    config = {"train_micro_batch_size_per_gpu": 1, "train_batch_size": world_size,
+              "bf16": {"enabled": dtype == torch.bfloat16},
+              "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 1e4}}
+    engine, *_ = deepspeed.initialize(model=module, config=config)
+    engine.eval()
+    return engine

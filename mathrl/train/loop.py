@@ -1,0 +1,639 @@
+"""The RL loop (DESIGN.md, "The loop"): one function, every step visible.
+
+GRPO and PPO are the same loop; the configuration chooses the advantage
+estimator, where the KL to the reference goes (the loss, the per-token reward,
+or nowhere), and whether a critic exists. Per step:
+
+1. draw B problems (this rank's share), render prompts with the chat template;
+2. the rollout engine samples G responses each;
+3. the verifier grades them (worker processes, hard timeouts) -> scalar rewards;
+4. no-grad forwards: reference logprobs (KL on), old logprobs (only when they
+   differ from the current ones: several epochs or several mini-batches, or KL
+   in the reward), critic values (GAE);
+5. advantages from the registry;
+6. for each PPO epoch and mini-batch: token-budgeted micro-batches, loss with the
+   *global* normalisers of the mini-batch, backward; one optimizer step;
+7. push the new weights to the rollout engine; log; checkpoint.
+
+Exact resume: the data order, sampling seeds and mini-batch shuffles are pure
+functions of (seed, step, rank), so a checkpoint needs only weights, optimizer,
+LR scheduler and the step counter.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mathrl.algo import advantages as adv_mod
+from mathrl.algo import kl as kl_mod
+from mathrl.algo.losses import agg_loss, global_normalizers, policy_loss, value_loss
+from mathrl.config import Config, ConfigError, dump_yaml
+from mathrl.train import checkpoint as ckpt
+from mathrl.train.engines import (DistInfo, build_engine, build_inference_engine, device, init_distributed,
+                                  resolve_dtype)
+from mathrl.train.forward import (batch_logprobs, batch_values, make_micro_batch, plan_micro_batches,
+                                  policy_forward, value_forward)
+from mathrl.train.metrics import MetricsLogger
+
+
+class TrainingError(RuntimeError):
+    """The run stopped for a reason the user must act on (message says what and where)."""
+
+
+# --------------------------------------------------------------------------- data
+
+
+def load_training_problems(cfg: Config):
+    from mathrl.data import load_problems
+
+    d = cfg.data
+    opts: dict[str, Any] = {}
+    if d.source == "synthetic":
+        opts = {"n": d.synthetic_size, "level": d.synthetic_level, "seed": cfg.train.seed}
+    problems = load_problems(d.source, d.path, d.split if d.source != "synthetic" else "train",
+                             limit=d.limit, skip_bad_rows=d.skip_bad_rows, **opts)
+    if not problems:
+        raise ConfigError(f"data.source = {d.source!r}: no problems loaded")
+    return problems
+
+
+def load_eval_problems(cfg: Config):
+    """Held-out problems: data.eval_source, or a synthetic test draw for the synthetic task."""
+    from mathrl.data import load_problems
+
+    d = cfg.data
+    if d.eval_source is None and d.source != "synthetic":
+        return []
+    source = d.eval_source or "synthetic"
+    opts: dict[str, Any] = {}
+    if source == "synthetic":
+        opts = {"n": d.eval_limit, "level": d.synthetic_level, "seed": cfg.train.seed}
+        return load_problems("synthetic", None, "test", **opts)
+    return load_problems(source, d.eval_path, "test", limit=d.eval_limit, skip_bad_rows=d.skip_bad_rows)
+
+
+def step_indices(num_problems: int, step: int, batch: int, seed: int) -> list[int]:
+    """Problem indices of ``step``: consecutive slices of per-epoch seeded permutations."""
+    out = []
+    start = step * batch
+    for pos in range(start, start + batch):
+        epoch, i = divmod(pos, num_problems)
+        g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+        perm = torch.randperm(num_problems, generator=g)
+        out.append(int(perm[i]))
+    return out
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def stop_strings(cfg: Config) -> tuple[str, ...]:
+    """rollout.stop plus the prompt template's own stops (few-shot plain prompts)."""
+    from mathrl.data import get_template
+
+    return tuple(dict.fromkeys([*cfg.rollout.stop, *get_template(cfg.data.template).stop]))
+
+
+def evaluate(rollout, problems, tokenizer, cfg: Config, *, seed: int) -> dict[str, float]:
+    """Greedy accuracy and sampled pass@k / mean accuracy on held-out problems."""
+    from mathrl.data import render_prompt
+    from mathrl.eval.metrics import mean_pass_at_k
+    from mathrl.reward import grade_batch
+    from mathrl.rollout import SamplingConfig
+
+    if not problems:
+        return {}
+    prompts = [render_prompt(p, tokenizer, cfg.data.template) for p in problems]
+    golds = [p.gold for p in problems]
+    out: dict[str, float] = {}
+    e = cfg.eval
+    stop = stop_strings(cfg)
+    if e.greedy:
+        greedy = rollout.generate(prompts, 1, SamplingConfig(temperature=0.0, max_tokens=e.max_tokens,
+                                                             stop=stop, seed=seed))
+        grades = grade_batch(greedy.response_text, golds, timeout=cfg.reward.timeout, workers=cfg.reward.workers,
+                             truncated=[r == "length" for r in greedy.finish_reason])
+        out["greedy_acc"] = sum(g.correct for g in grades) / len(grades)
+    sampled = rollout.generate(prompts, e.n, SamplingConfig(temperature=e.temperature, top_p=e.top_p,
+                                                           max_tokens=e.max_tokens, stop=stop, seed=seed + 1))
+    grades = grade_batch(sampled.response_text, [g for g in golds for _ in range(e.n)], timeout=cfg.reward.timeout,
+                         workers=cfg.reward.workers, truncated=[r == "length" for r in sampled.finish_reason])
+    correct = [sum(grades[i * e.n + j].correct for j in range(e.n)) for i in range(len(problems))]
+    for k in e.k:
+        out[f"pass@{k}"] = mean_pass_at_k([e.n] * len(problems), correct, k)
+    out["answer_rate"] = sum(g.extracted is not None for g in grades) / len(grades)
+    out["boxed_rate"] = sum("\\boxed" in t for t in sampled.response_text) / len(grades)
+    out["length_mean"] = float(sampled.response_mask.sum(1).float().mean())
+    return out
+
+
+# --------------------------------------------------------------------------- the trainer
+
+
+@dataclass
+class Models:
+    policy: Any                 # DeepSpeed engine
+    ref: Any | None = None      # frozen module / ZeRO-3 engine
+    critic: Any | None = None   # DeepSpeed engine
+    tokenizer: Any = None
+    model_path: str = ""
+
+
+@dataclass
+class State:
+    step: int = 0
+    bad_steps: int = 0
+    history: list[dict] = field(default_factory=list)
+
+
+def _seed_all(seed: int) -> None:
+    torch.manual_seed(seed)
+    import random
+
+    random.seed(seed)
+
+
+def _sampling_seed(cfg: Config, step: int, rank: int) -> int:
+    return (cfg.train.seed * 1_000_003 + step * 1009 + rank) % (2**31)
+
+
+def build_models(cfg: Config, dist: DistInfo, total_steps: int) -> Models:
+    from mathrl.models import load_causal_lm, load_tokenizer, resolve_model_path
+    from mathrl.models.value_head import ValueModel
+
+    dtype = resolve_dtype(cfg.model.dtype)
+    path = resolve_model_path(cfg.model.name, cfg.model.cache_dir)
+    tokenizer = load_tokenizer(path)
+    _seed_all(cfg.train.seed)
+    policy = load_causal_lm(path, dtype=dtype, gradient_checkpointing=cfg.model.gradient_checkpointing)
+    t = cfg.train
+    common = dict(schedule=t.lr_schedule, warmup=t.warmup_steps, total_steps=total_steps,
+                  stage=cfg.deepspeed.zero_stage, offload=cfg.deepspeed.offload, grad_clip=t.max_grad_norm,
+                  dtype=dtype, world_size=dist.world_size, config_path=cfg.deepspeed.config_path)
+    engine = build_engine(policy, lr=t.lr, weight_decay=t.weight_decay, **common)
+    ref = None
+    if cfg.algo.kl_coef > 0:
+        ref_path = resolve_model_path(cfg.model.ref_model, cfg.model.cache_dir) if cfg.model.ref_model else path
+        ref = build_inference_engine(load_causal_lm(ref_path, dtype=dtype), stage=cfg.deepspeed.zero_stage,
+                                     dtype=dtype, world_size=dist.world_size)
+    critic = None
+    if cfg.advantage in adv_mod.NEEDS_CRITIC:
+        cpath = resolve_model_path(cfg.model.critic_model, cfg.model.cache_dir) if cfg.model.critic_model else path
+        critic_module = ValueModel.from_pretrained(cpath, dtype=dtype)
+        critic = build_engine(critic_module, lr=t.critic_lr, weight_decay=t.weight_decay, **common)
+    return Models(policy=engine, ref=ref, critic=critic, tokenizer=tokenizer, model_path=path)
+
+
+def _full_state_dict(engine) -> dict[str, torch.Tensor]:
+    if engine.zero_optimization_stage() == 3:
+        return engine._zero3_consolidated_16bit_state_dict()
+    return engine.module.state_dict()
+
+
+def save_checkpoint(cfg: Config, dist: DistInfo, models: Models, state: State) -> Path | None:
+    import torch.distributed as tdist
+
+    tmp = ckpt.ckpt_root(cfg.train.output_dir) / f".tmp-{ckpt.step_dirname(state.step)}"
+    if dist.is_main:
+        ckpt.begin(cfg.train.output_dir, state.step)
+    tdist.barrier()
+    policy_sd = _full_state_dict(models.policy)
+    critic_sd = _full_state_dict(models.critic) if models.critic is not None else None
+    models.policy.save_checkpoint(str(tmp / "ds_policy"), tag="state")
+    if models.critic is not None:
+        models.critic.save_checkpoint(str(tmp / "ds_critic"), tag="state")
+    final = None
+    if dist.is_main:
+        models.policy.module.save_pretrained(str(tmp / "policy"), state_dict=policy_sd, safe_serialization=True)
+        models.tokenizer.save_pretrained(str(tmp / "policy"))
+        if critic_sd is not None:
+            models.critic.module.save_pretrained(tmp / "critic", state_dict=critic_sd)
+        (tmp / ckpt.STATE).write_text(json.dumps({"step": state.step, "bad_steps": state.bad_steps,
+                                                  "world_size": dist.world_size, "config": cfg.to_dict()}))
+        final = ckpt.commit(tmp, state.step, cfg.train.keep_last)
+    tdist.barrier()
+    return final
+
+
+def load_checkpoint(folder: Path, models: Models, state: State) -> None:
+    models.policy.load_checkpoint(str(folder / "ds_policy"), tag="state", load_module_strict=True)
+    if models.critic is not None:
+        models.critic.load_checkpoint(str(folder / "ds_critic"), tag="state")
+    saved = ckpt.read_state(folder)
+    state.step = int(saved["step"])
+    state.bad_steps = int(saved.get("bad_steps", 0))
+
+
+def sync_weights(rollout, engine) -> int:
+    """Push the trainer's current parameters into the rollout engine (ZeRO-3 shards gathered one at a time)."""
+    from mathrl.rollout import iter_full_parameters
+
+    if getattr(rollout, "model", None) is engine.module:
+        return 0  # the hf engine shares the trainer's module: nothing to copy
+    return rollout.update_weights(iter_full_parameters(engine.module))
+
+
+def _finite(x: torch.Tensor) -> bool:
+    return bool(torch.isfinite(x).all())
+
+
+def _all_ranks_ok(flag: bool) -> bool:
+    import torch.distributed as tdist
+
+    t = torch.tensor([0.0 if flag else 1.0])
+    if tdist.is_initialized():
+        tdist.all_reduce(t)
+    return float(t) == 0.0
+
+
+def compute_advantages(cfg: Config, scores: torch.Tensor, group_index: torch.Tensor, mask: torch.Tensor,
+                       kl_tokens: torch.Tensor | None, values: torch.Tensor | None
+                       ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Token-level advantages [N, T] (and returns for GAE) for the configured estimator."""
+    name = cfg.advantage
+    if name in adv_mod.SEQUENCE_LEVEL:
+        if name == "grpo":
+            seq = adv_mod.grpo(scores, group_index, std_normalize=cfg.algo.std_normalize)
+        else:
+            seq = adv_mod.get_advantage_estimator(name)(scores, group_index)
+        return adv_mod.broadcast_to_tokens(seq, mask), None
+    kl_coef = cfg.algo.kl_coef if cfg.kl_in == "reward" else 0.0
+    rewards = adv_mod.token_level_rewards(scores, mask, kl=kl_tokens, kl_coef=kl_coef)
+    if name == "reinforce_pp":
+        return adv_mod.reinforce_pp(rewards, mask, gamma=cfg.algo.gamma), None
+    advantages, returns = adv_mod.gae(rewards, values, mask, gamma=cfg.algo.gamma, lam=cfg.algo.lam)
+    return adv_mod.masked_whiten(advantages, mask), returns
+
+
+def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, state: State,
+               loss_sign: float = 1.0, reward_fn=None) -> dict[str, float]:
+    """One RL step (see the module docstring).
+
+    ``reward_fn(responses, golds, truncated) -> list[float]`` replaces the verifier-based reward
+    (custom tasks); ``loss_sign=-1`` flips the policy gradient (a test hook showing that learning
+    depends on the gradient's direction)."""
+    from mathrl.data import render_prompt
+    from mathrl.reward import grade_batch
+    from mathrl.reward.rewards import compute_rewards
+    from mathrl.rollout import SamplingConfig
+
+    t_step = time.perf_counter()
+    times: dict[str, float] = {}
+    dev = device()
+    a, t, r = cfg.algo, cfg.train, cfg.rollout
+    G = r.n
+    per_rank = t.batch_size // dist.world_size
+
+    # 1. problems of this step (this rank's share) and their prompts
+    idx = step_indices(len(problems), state.step, t.batch_size, t.seed)[dist.rank * per_rank:(dist.rank + 1) * per_rank]
+    batch_problems = [problems[i] for i in idx]
+    prompts = [render_prompt(p, models.tokenizer, cfg.data.template) for p in batch_problems]
+
+    # 2. sample G responses per prompt
+    t0 = time.perf_counter()
+    sampling = SamplingConfig(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_tokens=r.max_tokens,
+                              stop=stop_strings(cfg), seed=_sampling_seed(cfg, state.step, dist.rank))
+    batch = rollout.generate(prompts, G, sampling)
+    times["generate"] = time.perf_counter() - t0
+
+    # 3. grade and reward
+    t0 = time.perf_counter()
+    truncated = [f == "length" for f in batch.finish_reason]
+    golds = [p.gold for p in batch_problems for _ in range(G)]
+    if reward_fn is None:
+        grades = grade_batch(batch.response_text, golds, timeout=cfg.reward.timeout, workers=cfg.reward.workers,
+                             truncated=truncated)
+        terms: dict[str, dict] = {"correctness": {}}
+        if cfg.reward.function == "correctness_format":
+            terms["format"] = {"bonus": cfg.reward.format_bonus}
+        score_list = compute_rewards(terms, grades, batch.response_text, truncated=truncated)
+        correct = [g.correct for g in grades]
+    else:
+        grades = None
+        score_list = [float(x) for x in reward_fn(batch.response_text, golds, truncated)]
+        correct = [x > 0 for x in score_list]
+    scores = torch.tensor(score_list, dtype=torch.float32)
+    times["grade"] = time.perf_counter() - t0
+
+    mask = batch.response_mask.bool()
+    pids, pmask, rids = batch.prompt_ids, batch.prompt_mask, batch.response_ids
+    fwd = dict(token_budget=t.micro_batch_tokens, device=dev)
+
+    # 4. no-grad forwards
+    t0 = time.perf_counter()
+    mini = t.mini_batch_size or t.batch_size
+    n_minibatches = t.batch_size // mini
+    reuse_old = a.ppo_epochs == 1 and n_minibatches == 1 and cfg.kl_in != "reward"
+    old_logp = None
+    if not reuse_old:
+        was_training = models.policy.module.training
+        models.policy.module.eval()
+        old_logp = batch_logprobs(models.policy.module, pids, pmask, rids, mask, temperature=_temp(r), **fwd)
+        models.policy.module.train(was_training)
+    times["old_forward"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ref_logp = None
+    if models.ref is not None:
+        ref_logp = batch_logprobs(models.ref, pids, pmask, rids, mask, temperature=_temp(r), **fwd)
+    times["ref_forward"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    values = None
+    if models.critic is not None:
+        values = batch_values(models.critic.module, pids, pmask, rids, mask, **fwd)
+    times["values_forward"] = time.perf_counter() - t0
+
+    # 5. advantages
+    kl_reward = None
+    if ref_logp is not None and cfg.kl_in == "reward":
+        kl_reward = kl_mod.estimate(old_logp, ref_logp, a.kl_estimator)
+    advantages, returns = compute_advantages(cfg, scores, batch.group_index, mask, kl_reward, values)
+
+    # 6. PPO epochs over mini-batches of prompts (groups stay together)
+    t0 = time.perf_counter()
+    stats_acc: dict[str, list[float]] = {}
+    ok = True
+    norm_const = a.norm_const or float(r.max_tokens)
+    for epoch in range(a.ppo_epochs):
+        g = torch.Generator().manual_seed(_sampling_seed(cfg, state.step, dist.rank) + 7919 * (epoch + 1))
+        prompt_order = torch.randperm(per_rank, generator=g) if n_minibatches > 1 else torch.arange(per_rank)
+        per_mb = per_rank // n_minibatches
+        for m in range(n_minibatches):
+            prompts_mb = prompt_order[m * per_mb:(m + 1) * per_mb]
+            rows = (prompts_mb[:, None] * G + torch.arange(G)[None, :]).flatten()
+            plan = plan_micro_batches(pmask, mask, t.micro_batch_tokens, rows)
+            norms = global_normalizers([mask[rows_] for rows_ in plan])
+            ok &= _update_policy(cfg, dist, models, batch, plan, mask, advantages, old_logp, ref_logp, norms,
+                                 norm_const, loss_sign, stats_acc)
+            if models.critic is not None:
+                ok &= _update_critic(cfg, dist, models, batch, plan, mask, values, returns, norms, norm_const,
+                                     stats_acc)
+    times["train"] = time.perf_counter() - t0
+
+    # 7. weights -> rollout engine
+    t0 = time.perf_counter()
+    sync_weights(rollout, models.policy)
+    times["sync"] = time.perf_counter() - t0
+
+    metrics = _step_metrics(cfg, batch, grades, correct, scores, mask, truncated, stats_acc, ref_logp, old_logp)
+    metrics["lr"] = models.policy.get_lr()[0]
+    metrics["bad_step"] = 0.0 if ok else 1.0
+    metrics.update({f"time/{k}": v for k, v in times.items()})
+    metrics["time/step"] = time.perf_counter() - t_step
+    metrics["throughput/tokens_per_s"] = batch.num_tokens / max(metrics["time/step"], 1e-9)
+    return metrics
+
+
+def _temp(r) -> float:
+    return r.temperature if r.temperature > 0 else 1.0
+
+
+def _acc(stats_acc: dict[str, list[float]], key: str, value) -> None:
+    stats_acc.setdefault(key, []).append(float(value))
+
+
+def _update_policy(cfg, dist, models, batch, plan, mask, advantages, old_logp, ref_logp, norms, norm_const,
+                   loss_sign, stats_acc) -> bool:
+    """Backward over the micro-batches of one mini-batch, then one optimizer step (skipped on NaN/inf)."""
+    a, r = cfg.algo, cfg.rollout
+    engine = models.policy
+    engine.train()
+    ok = True
+    for rows in plan:
+        mb = make_micro_batch(batch.prompt_ids, batch.prompt_mask, batch.response_ids, mask, rows, device())
+        logp, ent = policy_forward(engine, mb, temperature=_temp(r), with_entropy=a.entropy_coef > 0)
+        m = mb.response_mask
+        adv = advantages[rows, : mb.T].to(logp.device)
+        old = old_logp[rows, : mb.T].to(logp.device) if old_logp is not None else logp.detach()
+        agg = dict(agg=a.loss_agg, norm_tokens=norms.tokens, norm_seqs=norms.seqs, norm_const=norm_const)
+        pg_loss, st = policy_loss(logp, old, adv * loss_sign, m, clip_low=a.clip_low, clip_high=a.clip_high,
+                                  dual_clip=a.dual_clip, **agg)
+        loss = pg_loss
+        if ref_logp is not None and cfg.kl_in == "loss":
+            kl_tok = kl_mod.estimate(logp, ref_logp[rows, : mb.T].to(logp.device), a.kl_estimator)
+            kl_loss = agg_loss(kl_tok, m, **agg)
+            loss = loss + a.kl_coef * kl_loss
+            _acc(stats_acc, "loss/kl", kl_loss.detach() * len(plan))  # micro losses sum to the mini-batch's
+        if ent is not None:
+            ent_loss = agg_loss(ent, m, **agg)
+            loss = loss - a.entropy_coef * ent_loss
+        for k, v in st.items():
+            _acc(stats_acc, f"policy/{k}", v)
+        if ent is not None:
+            _acc(stats_acc, "policy/entropy", (ent * m).sum() / m.sum().clamp(min=1))
+        _acc(stats_acc, "loss/policy", pg_loss.detach() * len(plan))
+        if not (_finite(loss) and _finite(logp)):
+            ok = False
+            break
+        # DeepSpeed averages gradients over ranks; the loss already carries the global normaliser.
+        engine.backward(loss * dist.world_size, scale_wrt_gas=False)
+    ok = _all_ranks_ok(ok)
+    if ok:
+        engine.step()
+        gn = engine.get_global_grad_norm()
+        if gn is not None:
+            _acc(stats_acc, "policy/grad_norm", float(gn))
+            ok = math.isfinite(float(gn))
+    else:
+        engine.zero_grad()
+    return ok
+
+
+def _update_critic(cfg, dist, models, batch, plan, mask, old_values, returns, norms, norm_const, stats_acc) -> bool:
+    a = cfg.algo
+    engine = models.critic
+    engine.train()
+    ok = True
+    for rows in plan:
+        mb = make_micro_batch(batch.prompt_ids, batch.prompt_mask, batch.response_ids, mask, rows, device())
+        v = value_forward(engine, mb)
+        m = mb.response_mask
+        loss, st = value_loss(v, old_values[rows, : mb.T].to(v.device), returns[rows, : mb.T].to(v.device), m,
+                              clip=a.value_clip, agg=a.loss_agg, norm_tokens=norms.tokens, norm_seqs=norms.seqs,
+                              norm_const=norm_const)
+        for k, val in st.items():
+            _acc(stats_acc, f"critic/{k}", val)
+        _acc(stats_acc, "loss/value", loss.detach() * len(plan))
+        if not _finite(loss):
+            ok = False
+            break
+        engine.backward(a.vf_coef * loss * dist.world_size, scale_wrt_gas=False)
+    ok = _all_ranks_ok(ok)
+    if ok:
+        engine.step()
+    else:
+        engine.zero_grad()
+    return ok
+
+
+def _step_metrics(cfg, batch, grades, correct, scores, mask, truncated, stats_acc, ref_logp, old_logp
+                  ) -> dict[str, float]:
+    G = cfg.rollout.n
+    lengths = mask.sum(1).float()
+    groups = scores.view(-1, G)
+    out = {
+        "reward/mean": float(scores.mean()),
+        "reward/std": float(scores.std()) if scores.numel() > 1 else 0.0,
+        "reward/accuracy": sum(correct) / len(correct),
+        "reward/zero_variance_groups": float((groups.std(1) == 0).float().mean()) if G > 1 else 1.0,
+        "reward/boxed": sum("\\boxed" in t for t in batch.response_text) / len(batch.response_text),
+        "response/length_mean": float(lengths.mean()),
+        "response/length_max": float(lengths.max()),
+        "response/truncated": sum(truncated) / len(truncated),
+        "tokens": float(mask.sum()),
+    }
+    if grades is not None:
+        out["reward/answer_found"] = sum(g.extracted is not None for g in grades) / len(grades)
+        out["reward/timeouts"] = float(sum(g.reason == "timeout" for g in grades))
+    if ref_logp is not None:
+        sampler_logp = batch.logprobs if old_logp is None else old_logp
+        kl = kl_mod.estimate(sampler_logp, ref_logp, cfg.algo.kl_estimator)
+        out["kl/mean"] = float((kl * mask).sum() / mask.sum().clamp(min=1))
+    for k, v in stats_acc.items():
+        vals = [x for x in v if math.isfinite(x)]
+        if not vals:
+            continue
+        if k.endswith("ratio_min"):
+            out[k] = min(vals)
+        elif k.endswith("ratio_max"):
+            out[k] = max(vals)
+        else:
+            out[k] = sum(vals) / len(vals)
+    return out
+
+
+def _check_batching(cfg: Config, dist: DistInfo) -> None:
+    t = cfg.train
+    mini = t.mini_batch_size or t.batch_size
+    if t.batch_size % dist.world_size or mini % dist.world_size:
+        raise ConfigError(f"train.batch_size = {t.batch_size} and train.mini_batch_size = {mini} must be divisible "
+                          f"by the number of processes ({dist.world_size})")
+
+
+def plot_rewards(history: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [h["step"] for h in history]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(steps, [h["reward/mean"] for h in history], marker="o", label="mean reward")
+    ax.plot(steps, [h["reward/accuracy"] for h in history], marker=".", label="accuracy (train samples)")
+    ax.set_xlabel("step")
+    ax.set_ylabel("reward")
+    ax.set_title("mathrl GRPO: training reward")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run(cfg: Config, *, loss_sign: float = 1.0, reward_fn=None, problems=None) -> int:
+    """Run training as configured; returns the process exit code.
+
+    ``problems`` (a list of :class:`mathrl.data.Problem`) and ``reward_fn`` (see :func:`train_step`)
+    let a script train on its own task; by default both come from the config."""
+    dist = init_distributed()
+    _check_batching(cfg, dist)
+    out = Path(cfg.train.output_dir)
+    if dist.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.yaml").write_text(dump_yaml(cfg))
+        ckpt.clean_temporaries(out)
+    custom_task = problems is not None
+    problems = problems if custom_task else load_training_problems(cfg)
+    eval_problems = load_eval_problems(cfg) if dist.is_main and not custom_task else []
+    models = build_models(cfg, dist, cfg.train.steps)
+    state = State()
+    try:
+        resume_from = ckpt.find_resume(out, cfg.train.resume)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if resume_from is not None:
+        load_checkpoint(resume_from, models, state)
+        if dist.is_main:
+            print(f"mathrl: resumed from {resume_from} (step {state.step})", flush=True)
+    logger = MetricsLogger(out, enabled=dist.is_main, tensorboard=cfg.logging.tensorboard, wandb=cfg.logging.wandb,
+                           wandb_project=cfg.logging.wandb_project, config=cfg.to_dict(),
+                           resume_step=state.step if resume_from else None, total_steps=cfg.train.steps,
+                           console=cfg.logging.console, log_every=cfg.logging.log_every)
+    rollout = make_rollout(cfg, models)
+    try:
+        sync_weights(rollout, models.policy)
+        before = {}
+        if dist.is_main and eval_problems and state.step == 0:
+            before = evaluate(rollout, eval_problems, models.tokenizer, cfg, seed=cfg.train.seed + 17)
+            logger.log(0, before, event="eval")
+        while state.step < cfg.train.steps:
+            metrics = train_step(cfg, dist, models, rollout, problems, state, loss_sign=loss_sign,
+                                 reward_fn=reward_fn)
+            state.step += 1
+            state.bad_steps = state.bad_steps + 1 if metrics["bad_step"] else 0
+            logger.log(state.step, metrics)
+            if state.bad_steps >= cfg.train.max_bad_steps:
+                last = ckpt.list_checkpoints(out)
+                where = f"; last good checkpoint: {last[-1][1]}" if last else "; no checkpoint was written yet"
+                raise TrainingError(f"step {state.step}: {state.bad_steps} consecutive steps had NaN/inf in the loss, "
+                                    f"logprobs or gradients (skipped){where}. Lower train.lr or check the data.")
+            if cfg.train.save_every and state.step % cfg.train.save_every == 0:
+                save_checkpoint(cfg, dist, models, state)
+            if dist.is_main and cfg.eval.every and state.step % cfg.eval.every == 0 and eval_problems:
+                logger.log(state.step, evaluate(rollout, eval_problems, models.tokenizer, cfg,
+                                                seed=cfg.train.seed + 17), event="eval")
+        if not ckpt.list_checkpoints(out) or ckpt.list_checkpoints(out)[-1][0] != state.step:
+            save_checkpoint(cfg, dist, models, state)
+        if dist.is_main:
+            after = evaluate(rollout, eval_problems, models.tokenizer, cfg, seed=cfg.train.seed + 17) \
+                if eval_problems else {}
+            if after:
+                logger.log(state.step, after, event="eval")
+            _report(out, before, after)
+    finally:
+        logger.close()
+        rollout.close()
+    return 0
+
+
+def make_rollout(cfg: Config, models: Models):
+    """The rollout engine. The hf backend shares the trainer's module when it is not ZeRO-3
+    sharded (no second copy of the weights, nothing to sync); vLLM gets weights pushed."""
+    from mathrl.rollout import make_engine, resolve_backend
+
+    backend, _why = resolve_backend(cfg.rollout.backend, cfg.rollout.vllm_python)
+    kwargs: dict[str, Any] = {}
+    if backend == "hf":
+        if models.policy.zero_optimization_stage() < 3:
+            kwargs["model"] = models.policy.module
+        kwargs["device"] = device()
+    else:
+        kwargs["vllm_python"] = cfg.rollout.vllm_python
+    return make_engine(backend, models.model_path, tokenizer=models.tokenizer, seed=cfg.train.seed,
+                       dtype="float32" if resolve_dtype(cfg.model.dtype) == torch.float32 else "bfloat16", **kwargs)
+
+
+def _report(out: Path, before: dict, after: dict) -> None:
+    from mathrl.train.metrics import read_metrics
+
+    history = [h for h in read_metrics(out / "metrics.jsonl") if "event" not in h]
+    if history:
+        plot_rewards(history, out / "reward_curve.png")
+    if before or after:
+        keys = [k for k in (after or before)]
+        lines = ["| metric | before | after |", "|---|---|---|"]
+        for k in keys:
+            b, a_ = before.get(k), after.get(k)
+            lines.append(f"| {k} | {'' if b is None else f'{b:.3f}'} | {'' if a_ is None else f'{a_:.3f}'} |")
+        table = "\n".join(lines)
+        (out / "summary.md").write_text(table + "\n")
+        print("\nHeld-out evaluation before and after training:\n" + table, flush=True)
+    if history:
+        print(f"\nreward curve: {out / 'reward_curve.png'}; metrics: {out / 'metrics.jsonl'}", flush=True)

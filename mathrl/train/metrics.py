@@ -1,0 +1,115 @@
+"""Metrics: every value to JSON Lines and TensorBoard, a short line to the console.
+
+``metrics.jsonl`` holds one JSON object per training step (and ``"event"``
+records for evaluations). On resume, records after the resumed step are dropped
+so the log of a resumed run equals that of an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+CONSOLE_KEYS = [("reward/mean", "reward", "{:.3f}"), ("reward/accuracy", "acc", "{:.3f}"),
+                ("kl/mean", "kl", "{:.4f}"), ("response/length_mean", "len", "{:.0f}"),
+                ("time/step", "s/step", "{:.1f}")]
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    return v
+
+
+class MetricsLogger:
+    def __init__(self, output_dir: str | Path, *, enabled: bool = True, tensorboard: bool = True,
+                 wandb: bool = False, wandb_project: str = "mathrl", config: dict | None = None,
+                 resume_step: int | None = None, total_steps: int = 0, console: str = "rich",
+                 log_every: int = 1):
+        self.enabled = enabled
+        self.path = Path(output_dir) / "metrics.jsonl"
+        self.log_every = log_every
+        self.total = total_steps
+        self.console = console
+        self._tb = None
+        self._wandb = None
+        self._t0 = time.time()
+        if not enabled:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._truncate(resume_step)
+        self._fh = open(self.path, "a")
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(str(Path(output_dir) / "tb"), purge_step=(resume_step or 0) + 1)
+            except ImportError:
+                print("mathrl: tensorboard is not installed; skipping TensorBoard logs", file=sys.stderr)
+        if wandb:
+            try:
+                import wandb as wb
+
+                self._wandb = wb.init(project=wandb_project, config=config, resume="allow")
+            except ImportError:
+                print("mathrl: wandb is not installed; skipping Weights & Biases", file=sys.stderr)
+
+    def _truncate(self, resume_step: int | None) -> None:
+        if not self.path.exists():
+            return
+        if resume_step is None:
+            self.path.unlink()
+            return
+        keep = []
+        for line in self.path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue  # a line torn by a crash
+            if rec.get("step", 0) <= resume_step:
+                keep.append(line)
+        self.path.write_text("".join(k + "\n" for k in keep))
+
+    def log(self, step: int, metrics: dict[str, float], event: str | None = None) -> None:
+        if not self.enabled:
+            return
+        rec = {"step": step, **({"event": event} if event else {}),
+               **{k: _clean(v) for k, v in sorted(metrics.items())}}
+        self._fh.write(json.dumps(rec) + "\n")
+        self._fh.flush()
+        if self._tb is not None:
+            for k, v in metrics.items():
+                if isinstance(v, (int, float)) and math.isfinite(v):
+                    self._tb.add_scalar(k if not event else f"{event}/{k}", v, step)
+            self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.log({k if not event else f"{event}/{k}": v for k, v in metrics.items()}, step=step)
+        if event is None and (step % self.log_every == 0 or step == self.total):
+            parts = [f"step {step}/{self.total}"]
+            for key, short, fmt in CONSOLE_KEYS:
+                if key in metrics and isinstance(metrics[key], (int, float)):
+                    parts.append(f"{short} {fmt.format(metrics[key])}")
+            print(" | ".join(parts), flush=True)
+
+    def close(self) -> None:
+        if not self.enabled:
+            return
+        self._fh.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    out = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out

@@ -1,0 +1,27 @@
+"""Fixtures for trainer tests: a tiny model on disk, and a digit task a tiny model learns in seconds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from _train_tasks import digit_tokenizer
+
+
+@pytest.fixture(scope="session")
+def digit_model_dir(tmp_path_factory) -> Path:
+    from mathrl.models.tiny import build_tiny_model
+
+    path = tmp_path_factory.mktemp("digit_model")
+    tok = digit_tokenizer()
+    build_tiny_model(tok, seed=0, hidden_size=32).save_pretrained(str(path))
+    tok.save_pretrained(str(path))
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, tokenizer) -> Path:
+    """A tiny random Llama with SmolLM2's tokenizer, saved as a Hugging Face folder."""
+    from mathrl.models.tiny import save_tiny_model
+
+    return save_tiny_model(tmp_path_factory.mktemp("tiny") / "model", tokenizer, seed=0)
