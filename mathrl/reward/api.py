@@ -1,0 +1,87 @@
+"""Public grading API: :func:`grade` and :func:`grade_batch`.
+
+Hard timeouts: everything that can be slow (sympy) runs in the worker pool
+(:mod:`mathrl.reward.pool`), whose deadline is enforced by the *calling* process with
+``select`` + SIGKILL, so it works from any thread and for inputs that ignore signals.
+Before that, the caller tries :func:`mathrl.reward.grader.fast_grade` in-process: pure-Python,
+length-bounded extraction and exact rational comparison, which decides most numeric answers
+in microseconds and gives the same verdict the worker would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mathrl.reward.grader import Grade, fast_grade
+from mathrl.reward.pool import get_pool
+
+__all__ = ["grade", "grade_batch"]
+
+
+def _check_timeout(timeout: float) -> float:
+    try:
+        t = float(timeout)
+    except (TypeError, ValueError):
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}") from None
+    if not t > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    return t
+
+
+def grade(response: str, gold: str, *, timeout: float = 5.0, truncated: bool = False) -> Grade:
+    """Grade one response against its gold answer.
+
+    ``truncated=True`` means the sampler stopped at the length limit; then only an explicit
+    final-answer marker (box, ``####``, "the answer is") counts (see
+    :mod:`mathrl.reward.extract` for the full extraction and hedging policy).
+    Never raises on any response; a call that needs more than ``timeout`` seconds returns
+    ``Grade(False, None, "timeout")``.
+    """
+    return grade_batch([response], [gold], timeout=timeout, truncated=[truncated])[0]
+
+
+def grade_batch(
+    responses: Sequence[str],
+    golds: Sequence[str],
+    *,
+    timeout: float = 5.0,
+    workers: int | None = None,
+    truncated: Sequence[bool] | bool | None = None,
+) -> list[Grade]:
+    """Grade many responses in parallel worker processes; results in input order.
+
+    Each call is limited to ``timeout`` seconds (killed and recorded as ``timeout``; the worker
+    is replaced). ``workers`` sets the shared pool's size (default: usable CPUs, at most 16).
+    ``truncated``: one bool per response, a single bool for all, or None (= all False).
+    Safe to call from any thread.
+    """
+    t = _check_timeout(timeout)
+    responses = list(responses)
+    golds = list(golds)
+    if len(responses) != len(golds):
+        raise ValueError(f"grade_batch: {len(responses)} responses but {len(golds)} golds")
+    if truncated is None:
+        truncs = [False] * len(responses)
+    elif isinstance(truncated, bool):
+        truncs = [truncated] * len(responses)
+    else:
+        truncs = [bool(x) for x in truncated]
+        if len(truncs) != len(responses):
+            raise ValueError(f"grade_batch: {len(truncs)} truncated flags for {len(responses)} responses")
+    if workers is not None and int(workers) < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    out: list[Grade | None] = []
+    slow: list[int] = []
+    for i, (r, g, tr) in enumerate(zip(responses, golds, truncs)):
+        fg = fast_grade(r, g, tr) if isinstance(r, str) and isinstance(g, str) else None
+        if fg is None and not (isinstance(r, str) and isinstance(g, str)):
+            fg = Grade(False, None, "error")
+        out.append(fg)
+        if fg is None:
+            slow.append(i)
+    if slow:
+        pool = get_pool(workers)
+        res = pool.grade_many([(responses[i], golds[i], truncs[i]) for i in slow], t)
+        for i, g in zip(slow, res):
+            out[i] = g
+    return out  # type: ignore[return-value]

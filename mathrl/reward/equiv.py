@@ -1,0 +1,414 @@
+"""Equivalence of a response answer with a gold answer.
+
+Order of checks for two scalars (first decisive one wins):
+
+1. identical normalised strings;
+2. multiple-choice letters (``C``, ``(C)``, ``\\text{(C)}``) compared as letters;
+3. exact rationals (:func:`mathrl.reward.normalize.exact_number`): integers, decimals,
+   fractions, mixed numbers, scientific notation -- *exact*, so 0.33 != 1/3;
+4. text answers (no digits, words): case-, space- and punctuation-insensitive equality;
+5. sympy (parsed with latex2sympy2_extended, the parser math-verify uses; decimals are turned
+   into exact fractions first, ``i`` is the imaginary unit):
+   constants are compared by evaluating both at 60 significant digits and requiring a relative
+   difference below 1e-40 (so 1/2^99 != 1/2^98 and 1-1/e != 1+1/e); expressions with symbols
+   are equal when ``simplify(a - b) == 0`` or they agree at 5 random points (rational,
+   positive and negative) to the same relative precision, with identical free symbols.
+
+Percent: ``25\\%`` equals ``25`` and ``0.25``. Degrees: ``30^\\circ`` equals ``30``.
+Structures: see :func:`nodes_equal`.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from fractions import Fraction
+from functools import lru_cache
+
+from mathrl.reward.normalize import (
+    Group,
+    GuardError,
+    Matrix,
+    Relation,
+    Scalar,
+    Seq,
+    Union,
+    exact_number,
+    guard,
+    is_var,
+    parse_answer,
+)
+
+__all__ = ["equivalent", "fast_equivalent", "nodes_equal", "scalar_equal"]
+
+REL_TOL_EXP = 40
+DIGITS = 60
+
+
+class _NeedSympy(Exception):
+    """Raised in fast mode when a decision needs sympy."""
+
+
+# ----------------------------------------------------------------------------- text helpers
+
+def _norm_str(s: str) -> str:
+    return re.sub(r"\s+", "", s).replace("{}", "")
+
+
+def _is_text(s: str) -> bool:
+    if re.search(r"\d", s):
+        return False
+    words = re.findall(r"(?<!\\)\b[A-Za-z]{2,}\b", s)
+    return bool(words) and not re.search(r"\\(?:frac|sqrt|pi|infty|cdot|times)", s)
+
+
+def _norm_text(s: str) -> str:
+    s = s.lower()
+    s = re.sub(r"[\\{}()\[\].,;:!?\"'`]", " ", s)
+    s = re.sub(r"\b(the|a|an)\b", " ", s)
+    return re.sub(r"\s+", " ", s).strip()
+
+
+_BASE_RE = re.compile(r"^([0-9A-F]*\d[0-9A-F]*)_\{?(\d+)\}?$")
+
+
+def _choice(s: str) -> str | None:
+    m = re.fullmatch(r"\s*\(?([A-E])\)?\s*", s)
+    return m.group(1) if m else None
+
+
+def _resp_choice(s: str) -> str | None:
+    m = re.match(r"\s*\(([A-Ea-e])\)|\s*([A-E])(?:$|[\s.:)])", s)
+    if not m:
+        return None
+    return (m.group(1) or m.group(2)).upper()
+
+
+# ----------------------------------------------------------------------------- sympy
+
+@lru_cache(maxsize=4096)
+def _to_sympy(text: str):
+    """Parse a cleaned scalar with latex2sympy; decimals become exact fractions."""
+    guard(text)
+    from latex2sympy2_extended.latex2sympy2 import NormalizationConfig, latex2sympy
+    import sympy
+
+    t = text
+    t = re.sub(r"(?<![\\A-Za-z])pi\b", r"\\pi ", t)
+    t = re.sub(r"(?<![\\A-Za-z])(?:infinity|inf)\b", r"\\infty ", t)
+    t = t.replace("**", "^")
+
+    def dec(m: re.Match) -> str:
+        whole, frac = m.group(1), m.group(2)
+        return "{\\frac{%s}{%s}}" % (int(whole + frac), 10 ** len(frac))
+
+    t = re.sub(r"(?<![\d.])(\d*)\.(\d+)(?![\d.])", dec, t)
+    cfg = NormalizationConfig(basic_latex=True, units=False, malformed_operators=True, nits=False,
+                              boxed="none", equations=False)
+    expr = latex2sympy(t, normalization_config=cfg)
+    if isinstance(expr, sympy.Basic):
+        subs = {}
+        for sym in expr.free_symbols:
+            if sym.name == "i":
+                subs[sym] = sympy.I
+            elif sym.name == "e":
+                subs[sym] = sympy.E
+        if subs:
+            expr = expr.xreplace(subs)
+        try:
+            expr = expr.doit()
+        except Exception:
+            pass
+    return expr
+
+
+def _num_close(a, b) -> bool | None:
+    """Compare two sympy constants numerically at high precision; None if undecidable."""
+    import sympy
+
+    if a == b:
+        return True
+    if a.has(sympy.oo, -sympy.oo, sympy.zoo, sympy.nan) or b.has(sympy.oo, -sympy.oo, sympy.zoo, sympy.nan):
+        return bool(a == b)
+    va = a.evalf(DIGITS)
+    vb = b.evalf(DIGITS)
+    if not (va.is_number and vb.is_number):
+        return None
+    try:
+        diff = sympy.Abs(va - vb).evalf(DIGITS)
+        scale = sympy.Max(sympy.Abs(va), sympy.Abs(vb)).evalf(DIGITS)
+        if scale == 0:
+            return diff == 0
+        return bool(diff <= scale * sympy.Float(10) ** (-REL_TOL_EXP))
+    except (TypeError, ValueError):
+        return None
+
+
+def _sympy_equal(a, b) -> bool:
+    import sympy
+
+    if not isinstance(a, sympy.Expr) or not isinstance(b, sympy.Expr):
+        try:
+            return bool(a == b)
+        except Exception:
+            return False
+    if a == b:
+        return True
+    fa, fb = a.free_symbols, b.free_symbols
+    if not fa and not fb:
+        r = _num_close(a, b)
+        if r is not None:
+            return r
+        try:
+            return sympy.simplify(a - b) == 0
+        except Exception:
+            return False
+    if fa != fb:
+        return False
+    rng = random.Random(1234)
+    syms = sorted(fa, key=lambda s: s.name)
+    for k in range(5):
+        vals = {}
+        for s in syms:
+            v = Fraction(rng.randint(37, 290), 100)
+            vals[s] = sympy.Rational(v.numerator, v.denominator) * (-1 if (k == 4 and rng.random() < 0.5) else 1)
+        try:
+            ea = a.xreplace(vals)
+            eb = b.xreplace(vals)
+            r = _num_close(ea, eb)
+        except Exception:
+            r = None
+        if r is False:
+            return False
+        if r is None:
+            break
+    else:
+        return True
+    try:
+        if sympy.count_ops(a) + sympy.count_ops(b) > 300:
+            return False
+        return sympy.simplify(a - b) == 0
+    except Exception:
+        return False
+
+
+# ----------------------------------------------------------------------------- scalars
+
+def _percent_pairs(a, b, g: Scalar, r: Scalar, hundred) -> list[tuple]:
+    """Value pairs to compare: with a percent sign on exactly one side, that side may be read as
+    a number or as a fraction (25% = 25 = 0.25); with it on both or neither, as written."""
+    if g.percent and not r.percent:
+        return [(a, b), (a / hundred, b)]
+    if r.percent and not g.percent:
+        return [(a, b), (a, b / hundred)]
+    return [(a, b)]
+
+
+def scalar_equal(g: Scalar, r: Scalar, fast: bool = False) -> bool:
+    """Equality of two scalars (see module docstring). ``fast`` raises _NeedSympy instead of
+    using sympy."""
+    gs, rs = g.text.strip(), r.text.strip()
+    if not gs or not rs:
+        return False
+    if _norm_str(gs) == _norm_str(rs) and g.percent == r.percent:
+        return True
+    gc = _choice(gs)
+    if gc is not None and not _is_text(rs):
+        rc = _resp_choice(rs)
+        if rc is not None:
+            return rc == gc
+    gb, rb = _BASE_RE.match(_norm_str(gs)), _BASE_RE.match(_norm_str(rs))
+    if gb or rb:  # numbers in base b: 52_8 (compared as digit strings; the base must agree)
+        gd, gbase = (gb.group(1), gb.group(2)) if gb else (_norm_str(gs), None)
+        rd, rbase = (rb.group(1), rb.group(2)) if rb else (_norm_str(rs), None)
+        if re.fullmatch(r"[0-9A-Za-z]+", gd) and re.fullmatch(r"[0-9A-Za-z]+", rd):
+            return gd.upper() == rd.upper() and (gbase is None or rbase is None or gbase == rbase)
+    gv, rv = exact_number(gs), exact_number(rs)
+    if gv is not None and rv is not None:
+        return any(x == y for x, y in _percent_pairs(gv, rv, g, r, 100))
+    gt, rt = _is_text(gs), _is_text(rs)
+    if gt or rt:
+        if gt and rt:
+            return _norm_text(gs) == _norm_text(rs)
+        if gc is not None:
+            return False
+        # one side is words, the other is math: only equal if the words are symbols like 'pi'
+        if (gt and gv is None and rv is not None) or (rt and rv is None and gv is not None):
+            return False
+    if fast:
+        raise _NeedSympy
+    try:
+        a = _to_sympy(gs)
+        b = _to_sympy(rs)
+    except GuardError:
+        raise
+    except Exception:  # unparseable LaTeX: equal strings were handled above
+        return False
+    import sympy
+
+    if isinstance(a, sympy.Expr) and isinstance(b, sympy.Expr):
+        return any(_sympy_equal(x, y) for x, y in _percent_pairs(a, b, g, r, sympy.Integer(100)))
+    return _sympy_equal(a, b)
+
+
+# ----------------------------------------------------------------------------- structures
+
+def _unordered_match(gs: tuple, rs: tuple, fast: bool) -> bool:
+    """Is there a one-to-one pairing of gold and response items into equal pairs?
+    Equality matrix (n^2 comparisons) + augmenting-path bipartite matching: polynomial, so
+    repeated items cannot trigger factorial backtracking."""
+    n = len(gs)
+    if n != len(rs) or n > 40:
+        return False
+    eq = [[nodes_equal(a, b, fast) for b in rs] for a in gs]
+    match_r = [-1] * n  # response item -> gold item
+
+    def augment(i: int, seen: list[bool]) -> bool:
+        for j in range(n):
+            if eq[i][j] and not seen[j]:
+                seen[j] = True
+                if match_r[j] < 0 or augment(match_r[j], seen):
+                    match_r[j] = i
+                    return True
+        return False
+
+    return all(augment(i, [False] * n) for i in range(n))
+
+
+def _ordered(gs: tuple, rs: tuple, fast: bool) -> bool:
+    return len(gs) == len(rs) and all(nodes_equal(a, b, fast) for a, b in zip(gs, rs))
+
+
+def _vector(m: Matrix) -> tuple | None:
+    if all(len(row) == 1 for row in m.rows):
+        return tuple(row[0] for row in m.rows)
+    if len(m.rows) == 1:
+        return tuple(m.rows[0])
+    return None
+
+
+def _relation_value(n: Relation):
+    """For 'x = 3' (simple variable on the left) return the right side as a Scalar."""
+    if n.op == "=" and is_var(n.lhs):
+        return Scalar(n.rhs)
+    return None
+
+
+def nodes_equal(g, r, fast: bool = False) -> bool:
+    """Structural equality of gold node ``g`` and response node ``r``.
+
+    * Seq vs Seq: same brackets (open/closed ends matter), items in order.
+    * Group/Union vs Group/Union: unordered, same size, one-to-one matching.
+    * Matrix vs Matrix: same shape, elementwise; a column/row vector also equals a tuple.
+    * Relation: ``x = 3`` equals ``3`` (either side); two equations are equal when
+      lhs - rhs are proportional (``y = 2x + 3`` vs ``2x - y + 3 = 0``); chains such as
+      ``a = b = 4`` use their last part.
+    * A bare list from the response vs a gold scalar: every item must equal the gold
+      (so hedging "3 or 4" gets no credit). Gold ``(a, b)`` vs bare ``a, b``: ordered.
+    """
+    # unwrap relations with simple-variable left sides
+    if isinstance(r, Relation) and not isinstance(g, Relation):
+        v = _relation_value(r)
+        if v is None and r.op == "=":
+            v = Scalar(r.rhs)
+        if v is not None:
+            from mathrl.reward.normalize import _parse
+
+            return nodes_equal(g, _parse(r.rhs, False, False, 1), fast)
+        return False
+    if isinstance(g, Relation) and not isinstance(r, Relation):
+        if _relation_value(g) is not None:
+            from mathrl.reward.normalize import _parse
+
+            return nodes_equal(_parse(g.rhs, False, False, 1), r, fast)
+        return False
+    if isinstance(g, Relation) and isinstance(r, Relation):
+        return _relations_equal(g, r, fast)
+
+    if isinstance(g, Scalar) and isinstance(r, Scalar):
+        return scalar_equal(g, r, fast)
+    if isinstance(g, Seq) and isinstance(r, Seq):
+        return g.open == r.open and g.close == r.close and _ordered(g.items, r.items, fast)
+    if isinstance(g, Matrix) and isinstance(r, Matrix):
+        if len(g.rows) != len(r.rows) or any(len(a) != len(b) for a, b in zip(g.rows, r.rows)):
+            return False
+        return all(nodes_equal(a, b, fast) for ra, rb in zip(g.rows, r.rows) for a, b in zip(ra, rb))
+    if isinstance(g, Matrix) and isinstance(r, (Seq, Group)):
+        v = _vector(g)
+        if v is None or (isinstance(r, Seq) and r.open != "(") or (isinstance(r, Group) and r.kind == "set"):
+            return False
+        return _ordered(v, r.items, fast)
+    coll = (Group, Union)
+    if isinstance(g, coll) and isinstance(r, coll):
+        gi = g.items if isinstance(g, Group) else g.parts
+        ri = r.items if isinstance(r, Group) else r.parts
+        return _unordered_match(gi, ri, fast)
+    if isinstance(g, Union) and isinstance(r, Seq):
+        return len(g.parts) == 1 and nodes_equal(g.parts[0], r, fast)
+    if isinstance(g, Seq) and isinstance(r, Union):
+        return len(r.parts) == 1 and nodes_equal(g, r.parts[0], fast)
+    if isinstance(g, Seq) and isinstance(r, Group) and r.kind == "list":
+        return g.open == "(" and g.close == ")" and _ordered(g.items, r.items, fast)
+    if isinstance(g, Group) and isinstance(r, Seq):
+        if g.kind == "list" and r.open == "(" and r.close == ")":
+            return _unordered_match(g.items, r.items, fast)
+        return False
+    if isinstance(g, Group) and not isinstance(r, coll):
+        return len(g.items) == 1 and nodes_equal(g.items[0], r, fast)
+    if isinstance(r, Group) and not isinstance(g, coll):
+        return len(r.items) > 0 and all(nodes_equal(g, x, fast) for x in r.items)
+    return False
+
+
+def _relations_equal(g: Relation, r: Relation, fast: bool) -> bool:
+    if g.op != r.op:
+        flip = {"<": ">", ">": "<", "\\leq": "\\geq", "\\geq": "\\leq"}
+        if flip.get(g.op) == r.op:
+            r = Relation(r.rhs, g.op, r.lhs)
+        else:
+            return False
+    if _norm_str(g.lhs) == _norm_str(r.lhs) and nodes_equal(Scalar(g.rhs), Scalar(r.rhs), fast):
+        return True
+    if fast:
+        raise _NeedSympy
+    import sympy
+
+    try:
+        gd = _to_sympy(g.lhs) - _to_sympy(g.rhs)
+        rd = _to_sympy(r.lhs) - _to_sympy(r.rhs)
+    except GuardError:
+        raise
+    except Exception:
+        return False
+    if gd == 0 or rd == 0:
+        return False
+    if g.op == "=":
+        q = sympy.simplify(gd / rd)
+        return bool(q.is_number and q != 0)
+    q = sympy.simplify(gd / rd)  # inequalities: positive factor only keeps the direction
+    return bool(q.is_number and q.is_positive)
+
+
+# ----------------------------------------------------------------------------- entry points
+
+def equivalent(gold: str, answer: str) -> bool:
+    """True when ``answer`` is equivalent to ``gold`` (both raw strings). May raise GuardError."""
+    g = parse_answer(gold)
+    r = parse_answer(answer)
+    return nodes_equal(g, r, fast=False)
+
+
+def fast_equivalent(gold: str, answer: str) -> bool | None:
+    """The same verdict as :func:`equivalent` when it can be reached without sympy, else None.
+
+    Pure Python and bounded (used in the calling process, before the worker pool)."""
+    try:
+        if len(gold) > 500 or len(answer) > 500:
+            return None
+        g = parse_answer(gold)
+        r = parse_answer(answer)
+        return nodes_equal(g, r, fast=True)
+    except _NeedSympy:
+        return None
+    except Exception:
+        return None

@@ -1,0 +1,78 @@
+"""In-process grading: extraction + equivalence, no hard timeout.
+
+:func:`grade_local` is what the worker processes run; :func:`fast_grade` is the bounded,
+sympy-free subset that the calling process tries first (plain numbers, letters, text),
+so most GSM8K-style answers never travel to a worker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mathrl.reward.equiv import equivalent, fast_equivalent
+from mathrl.reward.extract import extract_answer
+from mathrl.reward.normalize import GuardError
+
+__all__ = ["Grade", "REASONS", "grade_local", "fast_grade"]
+
+REASONS = ("ok", "mismatch", "no_answer", "timeout", "error")
+
+
+@dataclass(frozen=True)
+class Grade:
+    """Verdict for one response.
+
+    correct:   the extracted answer is equivalent to the gold.
+    extracted: the final answer found in the response (None when there is none).
+    reason:    ok | mismatch | no_answer | timeout | error.
+    """
+
+    correct: bool
+    extracted: str | None
+    reason: str
+
+    def __post_init__(self) -> None:
+        if self.reason not in REASONS:
+            raise ValueError(f"Grade.reason must be one of {REASONS}, got {self.reason!r}")
+
+
+def _verdict(ok: bool, extracted: str) -> Grade:
+    return Grade(True, extracted, "ok") if ok else Grade(False, extracted, "mismatch")
+
+
+def fast_grade(response: str, gold: str, truncated: bool = False) -> Grade | None:
+    """Grade without sympy when that is decisive; None when the full path is needed."""
+    try:
+        if not isinstance(response, str) or not isinstance(gold, str):
+            return None
+        ex = extract_answer(response, truncated)
+        if ex.answer is None:
+            return Grade(False, None, "no_answer")
+        v = fast_equivalent(gold, ex.answer)
+        if v is None:
+            return None
+        return _verdict(v, ex.answer)
+    except Exception:
+        return None
+
+
+def grade_local(response: str, gold: str, truncated: bool = False) -> Grade:
+    """Full grading in this process. Never raises; has no timeout of its own (the worker pool
+    supplies it)."""
+    extracted = None
+    try:
+        if not isinstance(response, str):
+            return Grade(False, None, "error")
+        if not isinstance(gold, str) or not gold.strip():
+            return Grade(False, None, "error")
+        ex = extract_answer(response, truncated)
+        extracted = ex.answer
+        if extracted is None:
+            return Grade(False, None, "no_answer")
+        return _verdict(equivalent(gold, extracted), extracted)
+    except GuardError:
+        return Grade(False, extracted, "error")
+    except (MemoryError, RecursionError):
+        return Grade(False, extracted, "error")
+    except Exception:
+        return Grade(False, extracted, "error")
