@@ -88,6 +88,10 @@ COMMANDS = {"train": cmd_train, "eval": cmd_eval, "verify": cmd_verify, "data": 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # the `deepspeed` launcher adds --local_rank=N before the user's arguments; the env var carries it too
+    for item in [a for a in argv if a.startswith(("--local_rank=", "--local-rank="))]:
+        os.environ.setdefault("LOCAL_RANK", item.split("=", 1)[1])
+        argv.remove(item)
     if not _has_cuda_env():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")  # DeepSpeed otherwise probes for CUDA and warns
     if not argv or argv[0] in ("-h", "--help", "help"):

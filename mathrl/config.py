@@ -149,6 +149,8 @@ class TrainConfig:
     mini_batch_size: Optional[int] = option(None, "Prompts per optimizer update within a step (None = "
                                             "batch_size: one update per step and epoch).", ge=1)
     micro_batch_tokens: int = option(8192, "Token budget of one forward/backward micro-batch.", ge=1)
+    share_prompt: bool = option(True, "Run each group's prompt once in training forwards and let its G responses "
+                                "attend to the shared cache (exact; saves (G-1)/G of the prompt compute).")
     lr: float = option(1e-6, "Policy learning rate (AdamW).", gt=0.0)
     critic_lr: float = option(1e-5, "Critic learning rate (PPO).", gt=0.0)
     lr_schedule: Literal["constant", "linear", "cosine"] = option("constant", "Learning-rate schedule after "

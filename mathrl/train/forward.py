@@ -8,6 +8,14 @@ it, so padding is never computed twice.
 The logit that scores response token ``t`` sits at position ``P - 1 + t`` (the
 position before it). Only the last ``T + 1`` positions' logits are computed
 (``logits_to_keep``), so the prompt never pays for the ``[L, V]`` projection.
+
+Shared prompts. The G responses of a group share their prompt. With
+``group_size = G`` a micro-batch holds whole groups, the prompt is run once per
+group (with autograd), its key/value cache is repeated G times (a
+differentiable ``repeat_interleave``) and the responses attend to it. Logprobs
+and gradients equal those of the plain ``[prompt | response]`` forward (tested),
+while the prompt's compute drops by a factor G: with a 150-token prompt, G = 8
+and 60-token responses that is about 2.5x fewer tokens per forward/backward.
 """
 
 from __future__ import annotations
@@ -20,9 +28,15 @@ from torch import Tensor
 from mathrl.algo.losses import entropy_from_logits, logprobs_from_logits
 
 
+import inspect
+
+
 @dataclass
 class MicroBatch:
-    """Rows ``rows`` of a batch, trimmed to ``P`` prompt and ``T`` response columns."""
+    """Rows ``rows`` of a batch, trimmed to ``P`` prompt and ``T`` response columns.
+
+    With ``group_size > 1`` the rows are whole groups (``group_size`` consecutive rows share one
+    prompt) and the forward runs each prompt once."""
 
     rows: Tensor            # LongTensor[n] indices into the full batch
     input_ids: Tensor       # [n, P + T]
@@ -32,6 +46,7 @@ class MicroBatch:
     response_mask: Tensor   # [n, T] bool
     P: int
     T: int
+    group_size: int = 1
 
     @property
     def num_tokens(self) -> int:
@@ -39,33 +54,43 @@ class MicroBatch:
 
 
 def plan_micro_batches(prompt_mask: Tensor, response_mask: Tensor, token_budget: int,
-                       rows: Tensor | None = None) -> list[Tensor]:
+                       rows: Tensor | None = None, group_size: int = 1) -> list[Tensor]:
     """Split ``rows`` (default: all, in order) into consecutive runs whose padded size fits the budget.
 
-    A single row larger than the budget still forms its own micro-batch.
+    With ``group_size > 1`` the runs are made of whole groups (``rows`` must be group-contiguous)
+    and a group's prompt is counted once: cost = groups x max prompt + rows x max response.
+    A single unit larger than the budget still forms its own micro-batch.
     """
     if rows is None:
         rows = torch.arange(prompt_mask.shape[0])
+    g = max(1, group_size)
+    if rows.numel() % g:
+        raise ValueError(f"{rows.numel()} rows do not split into groups of {g}")
     plen = prompt_mask.sum(1)
     rlen = response_mask.sum(1)
+    units = rows.view(-1, g)
     groups: list[Tensor] = []
-    current: list[int] = []
+    current: list[Tensor] = []
     max_p = max_r = 0
-    for r in rows.tolist():
-        p, t = int(plen[r]), int(rlen[r])
+    for unit in units:
+        p, t = int(plen[unit].max()), int(rlen[unit].max())
         new_p, new_r = max(max_p, p), max(max_r, t)
-        if current and (len(current) + 1) * (new_p + new_r) > token_budget:
-            groups.append(torch.tensor(current, dtype=torch.long))
+        n_units = len(current) + 1
+        cost = (n_units * new_p + n_units * g * new_r) if g > 1 else n_units * (new_p + new_r)
+        if current and cost > token_budget:
+            groups.append(torch.cat(current))
             current, new_p, new_r = [], p, t
-        current.append(r)
+        current.append(unit)
         max_p, max_r = new_p, new_r
     if current:
-        groups.append(torch.tensor(current, dtype=torch.long))
+        groups.append(torch.cat(current))
     return groups
 
 
 def make_micro_batch(prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, response_mask: Tensor,
-                     rows: Tensor, device: torch.device | str = "cpu") -> MicroBatch:
+                     rows: Tensor, device: torch.device | str = "cpu", group_size: int = 1) -> MicroBatch:
+    if rows.numel() % max(1, group_size):
+        raise ValueError(f"micro-batch of {rows.numel()} rows is not made of whole groups of {group_size}")
     pm, rm = prompt_mask[rows], response_mask[rows]
     P = max(int(pm.sum(1).max()), 1)
     T = max(int(rm.sum(1).max()), 1)
@@ -76,16 +101,51 @@ def make_micro_batch(prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tens
     attn = torch.cat([pm, rm], 1).to(device).long()
     pos = (attn.cumsum(1) - 1).clamp(min=0)
     return MicroBatch(rows=rows, input_ids=input_ids, attention_mask=attn, position_ids=pos,
-                      response_ids=ri.to(device), response_mask=rm.to(device).bool(), P=P, T=T)
+                      response_ids=ri.to(device), response_mask=rm.to(device).bool(), P=P, T=T,
+                      group_size=max(1, group_size))
+
+
+def _unwrap(model):
+    return getattr(model, "module", model)
+
+
+def _cache_kw(model) -> str:
+    # transformers >= 5.2x names the forward's cache argument `cache` (older: `past_key_values`)
+    return "cache" if "cache" in inspect.signature(_unwrap(model).forward).parameters else "past_key_values"
+
+
+def _checkpointing(model) -> bool:
+    """Gradient checkpointing drops the KV cache in training, so sharing falls back to the plain path."""
+    m = _unwrap(model)
+    on = getattr(m, "is_activation_checkpointing", None)  # transformers >= 5.x
+    return bool(on if on is not None else getattr(m, "is_gradient_checkpointing", False))
+
+
+def response_logits(model, mb: MicroBatch) -> Tensor:
+    """Logits ``[n, T, V]`` that score the response tokens (position ``P-1+t`` for token ``t``)."""
+    g = mb.group_size
+    if g == 1 or _checkpointing(model):
+        out = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids,
+                    use_cache=False, logits_to_keep=mb.T + 1)
+        return out.logits[:, :-1]  # positions P-1 .. P+T-2 predict response tokens 0 .. T-1
+    from transformers import DynamicCache
+
+    P = mb.P
+    cache = DynamicCache(config=_unwrap(model).config)
+    kw = _cache_kw(model)
+    first = model(input_ids=mb.input_ids[::g, :P], attention_mask=mb.attention_mask[::g, :P],
+                  position_ids=mb.position_ids[::g, :P], use_cache=True, logits_to_keep=1, **{kw: cache})
+    cache.batch_repeat_interleave(g)  # differentiable: gradients of all G responses reach the prompt
+    rest = model(input_ids=mb.input_ids[:, P:], attention_mask=mb.attention_mask,
+                 position_ids=mb.position_ids[:, P:], use_cache=True, **{kw: cache})
+    return torch.cat([first.logits[:, -1:].repeat_interleave(g, 0), rest.logits[:, :-1]], 1)
 
 
 def policy_forward(model, mb: MicroBatch, *, temperature: float = 1.0, with_entropy: bool = False
                    ) -> tuple[Tensor, Tensor | None]:
     """Per-token logprobs ``[n, T]`` (0 at padding) of the response under ``softmax(logits / T)``,
     and optionally per-token entropies."""
-    out = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids,
-                use_cache=False, logits_to_keep=mb.T + 1)
-    logits = out.logits[:, :-1]  # positions P-1 .. P+T-2 predict response tokens 0 .. T-1
+    logits = response_logits(model, mb)
     logp = logprobs_from_logits(logits, mb.response_ids, mask=mb.response_mask, temperature=temperature)
     ent = None
     if with_entropy:
@@ -107,11 +167,11 @@ def scatter_rows(full: Tensor, mb: MicroBatch, values: Tensor) -> None:
 
 @torch.no_grad()
 def batch_logprobs(model, prompt_ids, prompt_mask, response_ids, response_mask, *, token_budget: int,
-                   temperature: float, device) -> Tensor:
+                   temperature: float, device, group_size: int = 1) -> Tensor:
     """Logprobs ``[N, T]`` of every response token under ``model`` (no grad), micro-batched."""
     full = torch.zeros(response_ids.shape, dtype=torch.float32)
-    for rows in plan_micro_batches(prompt_mask, response_mask, token_budget):
-        mb = make_micro_batch(prompt_ids, prompt_mask, response_ids, response_mask, rows, device)
+    for rows in plan_micro_batches(prompt_mask, response_mask, token_budget, group_size=group_size):
+        mb = make_micro_batch(prompt_ids, prompt_mask, response_ids, response_mask, rows, device, group_size)
         logp, _ = policy_forward(model, mb, temperature=temperature)
         scatter_rows(full, mb, logp)
     return full

@@ -325,6 +325,7 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
 
     mask = batch.response_mask.bool()
     pids, pmask, rids = batch.prompt_ids, batch.prompt_mask, batch.response_ids
+    gs = group_share(cfg)
     fwd = dict(token_budget=t.micro_batch_tokens, device=dev)
 
     # 4. no-grad forwards
@@ -336,13 +337,14 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
     if not reuse_old:
         was_training = models.policy.module.training
         models.policy.module.eval()
-        old_logp = batch_logprobs(models.policy.module, pids, pmask, rids, mask, temperature=_temp(r), **fwd)
+        old_logp = batch_logprobs(models.policy.module, pids, pmask, rids, mask, temperature=_temp(r),
+                                  group_size=gs, **fwd)
         models.policy.module.train(was_training)
     times["old_forward"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     ref_logp = None
     if models.ref is not None:
-        ref_logp = batch_logprobs(models.ref, pids, pmask, rids, mask, temperature=_temp(r), **fwd)
+        ref_logp = batch_logprobs(models.ref, pids, pmask, rids, mask, temperature=_temp(r), group_size=gs, **fwd)
     times["ref_forward"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     values = None
@@ -368,7 +370,7 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
         for m in range(n_minibatches):
             prompts_mb = prompt_order[m * per_mb:(m + 1) * per_mb]
             rows = (prompts_mb[:, None] * G + torch.arange(G)[None, :]).flatten()
-            plan = plan_micro_batches(pmask, mask, t.micro_batch_tokens, rows)
+            plan = plan_micro_batches(pmask, mask, t.micro_batch_tokens, rows, group_size=gs)
             norms = global_normalizers([mask[rows_] for rows_ in plan])
             ok &= _update_policy(cfg, dist, models, batch, plan, mask, advantages, old_logp, ref_logp, norms,
                                  norm_const, loss_sign, stats_acc)
@@ -391,6 +393,11 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
     return metrics
 
 
+def group_share(cfg: Config) -> int:
+    """Rows per shared prompt in training forwards (1 = no sharing)."""
+    return cfg.rollout.n if cfg.train.share_prompt and cfg.rollout.n > 1 else 1
+
+
 def _temp(r) -> float:
     return r.temperature if r.temperature > 0 else 1.0
 
@@ -406,8 +413,9 @@ def _update_policy(cfg, dist, models, batch, plan, mask, advantages, old_logp, r
     engine = models.policy
     engine.train()
     ok = True
+    gs = group_share(cfg)
     for rows in plan:
-        mb = make_micro_batch(batch.prompt_ids, batch.prompt_mask, batch.response_ids, mask, rows, device())
+        mb = make_micro_batch(batch.prompt_ids, batch.prompt_mask, batch.response_ids, mask, rows, device(), gs)
         logp, ent = policy_forward(engine, mb, temperature=_temp(r), with_entropy=a.entropy_coef > 0)
         m = mb.response_mask
         adv = advantages[rows, : mb.T].to(logp.device)

@@ -18,7 +18,8 @@ from mathrl.data import render_prompt  # noqa: E402
 from mathrl.rollout import SamplingConfig, make_engine  # noqa: E402
 from mathrl.train.engines import init_distributed  # noqa: E402
 from mathrl.train.forward import plan_micro_batches  # noqa: E402
-from mathrl.train.loop import _update_policy, batch_logprobs, build_models, compute_advantages  # noqa: E402
+from mathrl.train.loop import (_update_policy, batch_logprobs, build_models, compute_advantages,  # noqa: E402
+                               group_share)
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _train_tasks import digit_problems, first_digit_reward  # noqa: E402
@@ -30,7 +31,7 @@ def main() -> None:
     dist = init_distributed()
     cfg = load_config(None, [f"model.name={model_dir}", "rollout.n=4", "train.batch_size=4", "train.lr=1e-2",
                              "algo.kl_coef=0.04", "data.template=chat_boxed", "deepspeed.zero_stage=2",
-                             "train.micro_batch_tokens=12"])
+                             "train.micro_batch_tokens=8"])
     models = build_models(cfg, dist, total_steps=1)
     # Adam's first step is lr * g / (|g| + eps) ~ lr * sign(g): float32 noise in near-zero gradients would
     # flip whole updates. eps = 1 makes the update ~ lr * g, so the comparison tests the gradient itself.
@@ -50,7 +51,7 @@ def main() -> None:
     per_rank = 4 // dist.world_size
     prompts_mine = torch.arange(dist.rank * per_rank, (dist.rank + 1) * per_rank)
     rows = (prompts_mine[:, None] * 4 + torch.arange(4)[None, :]).flatten()
-    plan = plan_micro_batches(batch.prompt_mask, mask, cfg.train.micro_batch_tokens, rows)
+    plan = plan_micro_batches(batch.prompt_mask, mask, cfg.train.micro_batch_tokens, rows, group_size=group_share(cfg))
     norms = global_normalizers([mask[r] for r in plan])
     stats: dict = {}
     ok = _update_policy(cfg, dist, models, batch, plan, mask, advantages, None, ref_logp, norms, 1.0, 1.0, stats)
