@@ -1,0 +1,30 @@
+"""RL algorithm core: advantages, KL estimators and losses as pure tensor functions.
+
+- :mod:`mathrl.algo.advantages`: ``grpo``, ``dr_grpo``, ``rloo``, ``reinforce_pp``, ``gae``
+  (registry ``ADVANTAGE_ESTIMATORS``), masked statistics, ``token_level_rewards`` and
+  ``broadcast_to_tokens``.
+- :mod:`mathrl.algo.kl`: ``estimate(logp, ref_logp, kind)`` for ``k1``/``k2``/``k3``
+  (registry ``KL_ESTIMATORS``).
+- :mod:`mathrl.algo.losses`: ``policy_loss``, ``value_loss``, ``agg_loss`` (registry
+  ``LOSS_AGG_MODES``), ``global_normalizers``, ``logprobs_from_logits``,
+  ``entropy_from_logits``.
+
+No model, engine or config object enters these functions; configs pick them by name.
+"""
+
+from __future__ import annotations
+
+from mathrl.algo import advantages, kl, losses
+from mathrl.algo.advantages import ADVANTAGE_ESTIMATORS, get_advantage_estimator
+from mathrl.algo.kl import KL_ESTIMATORS
+from mathrl.algo.losses import LOSS_AGG_MODES
+
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "KL_ESTIMATORS",
+    "LOSS_AGG_MODES",
+    "advantages",
+    "get_advantage_estimator",
+    "kl",
+    "losses",
+]

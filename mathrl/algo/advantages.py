@@ -1,0 +1,367 @@
+"""Advantage estimators and the masked statistics they share.
+
+Every function here is pure: tensors and masks in, tensors out; no model, engine or
+config object. Shapes: ``N`` responses, ``T`` response tokens; ``mask`` is a 0/1
+float or bool ``[N, T]`` tensor marking real response tokens; ``group_index`` is a
+``[N]`` integer tensor (equal values = responses to the same prompt).
+
+Padding contract: values at positions where ``mask`` is 0 never change any output.
+Token-level outputs are exactly 0 at padding positions.
+
+Estimators (``ADVANTAGE_ESTIMATORS`` maps the config name to the function):
+
+=============  ===========  ==========================================================
+name           level        source
+=============  ===========  ==========================================================
+grpo           sequence     DeepSeekMath, Shao et al. 2024 (arXiv:2402.03300)
+dr_grpo        sequence     Dr. GRPO, Liu et al. 2025 (arXiv:2503.20783)
+rloo           sequence     RLOO, Ahmadian et al. 2024 (arXiv:2402.14740)
+reinforce_pp   token        REINFORCE++, Hu 2025 (arXiv:2501.03262)
+gae            token        GAE, Schulman et al. 2016 (arXiv:1506.02438)
+=============  ===========  ==========================================================
+
+Sequence-level estimators take ``(scores[N], group_index[N])`` and return ``[N]``;
+turn them into per-token advantages with :func:`broadcast_to_tokens`. Token-level
+estimators take per-token rewards ``[N, T]`` (build them with
+:func:`token_level_rewards`, which also folds a KL penalty into the reward the PPO way).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "SEQUENCE_LEVEL",
+    "TOKEN_LEVEL",
+    "NEEDS_CRITIC",
+    "get_advantage_estimator",
+    "masked_mean",
+    "masked_var",
+    "masked_whiten",
+    "grpo",
+    "dr_grpo",
+    "rloo",
+    "reinforce_pp",
+    "gae",
+    "token_level_rewards",
+    "broadcast_to_tokens",
+]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _check_mask(x: Tensor, mask: Tensor, what: str = "x") -> Tensor:
+    """Return ``mask`` as a bool tensor after checking it matches ``x``'s shape."""
+    if mask.shape != x.shape:
+        raise ValueError(
+            f"mask shape {tuple(mask.shape)} does not match {what} shape {tuple(x.shape)}"
+        )
+    if mask.dtype == torch.bool:
+        return mask
+    return mask != 0
+
+
+def _check_2d(x: Tensor, what: str) -> None:
+    if x.dim() != 2:
+        raise ValueError(f"{what} must be a 2-D [N, T] tensor, got shape {tuple(x.shape)}")
+
+
+def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """Mean of ``x`` over the positions where ``mask`` is non-zero.
+
+    ``mean = sum(x * m) / sum(m)`` over all elements (``dim=None``, a 0-dim tensor) or
+    along ``dim``. Padding values (even inf or NaN) are excluded with ``torch.where``,
+    not multiplied by 0. An empty selection gives 0 (not NaN): a response without
+    tokens contributes nothing.
+    """
+    m = _check_mask(x, mask)
+    zero = torch.zeros((), dtype=x.dtype, device=x.device)
+    xs = torch.where(m, x, zero)
+    count = m.sum() if dim is None else m.sum(dim)
+    total = xs.sum() if dim is None else xs.sum(dim)
+    return total / count.clamp(min=1).to(x.dtype)
+
+
+def masked_var(x: Tensor, mask: Tensor, *, unbiased: bool = True) -> Tensor:
+    """Variance of ``x`` over the valid positions (all of them, one 0-dim result).
+
+    ``var = sum(m * (x - mean)^2) / (n - 1)`` with ``n = sum(m)`` when ``unbiased``
+    (Bessel's correction, like ``torch.var``'s default), ``/ n`` otherwise. With
+    ``n <= 1`` (unbiased) or ``n == 0`` the variance is defined as 0.
+    """
+    m = _check_mask(x, mask)
+    mean = masked_mean(x, m)
+    zero = torch.zeros((), dtype=x.dtype, device=x.device)
+    sq = torch.where(m, (x - mean) ** 2, zero).sum()
+    n = m.sum().to(x.dtype)
+    denom = n - 1 if unbiased else n
+    return torch.where(denom > 0, sq / denom.clamp(min=1), zero)
+
+
+def masked_whiten(
+    x: Tensor, mask: Tensor, *, shift_mean: bool = True, eps: float = 1e-8
+) -> Tensor:
+    """Whiten ``x`` with statistics taken over the valid positions only.
+
+    ``x' = (x - mean) / sqrt(var + eps)`` with the masked mean and the unbiased masked
+    variance; with ``shift_mean=False`` the mean is added back
+    (``x' = (x - mean) / sqrt(var + eps) + mean``: rescale without centring, as
+    OpenRLHF/TRL do for returns). Output is 0 at padding positions.
+    """
+    m = _check_mask(x, mask)
+    mean = masked_mean(x, m)
+    var = masked_var(x, m)
+    out = (x - mean) * torch.rsqrt(var + eps)
+    if not shift_mean:
+        out = out + mean
+    return torch.where(m, out, torch.zeros((), dtype=out.dtype, device=out.device))
+
+
+def _group_stats(
+    scores: Tensor, group_index: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Per-response group mean, group size, unbiased group std (0 for size 1) and whether
+    the group is informative (more than one response and not all scores equal)."""
+    if scores.dim() != 1:
+        raise ValueError(f"scores must be a 1-D [N] tensor, got shape {tuple(scores.shape)}")
+    if group_index.shape != scores.shape:
+        raise ValueError(
+            f"group_index shape {tuple(group_index.shape)} does not match scores shape "
+            f"{tuple(scores.shape)}"
+        )
+    if group_index.dtype.is_floating_point or group_index.dtype == torch.bool:
+        raise ValueError(f"group_index must be an integer tensor, got dtype {group_index.dtype}")
+    # Map arbitrary ids (e.g. prompt ids 17, 4, 17, ...) onto 0..G-1.
+    _, inv = torch.unique(group_index, return_inverse=True)
+    g = int(inv.max().item()) + 1 if inv.numel() else 0
+    dtype = scores.dtype if scores.dtype.is_floating_point else torch.float32
+    s = scores.to(dtype)
+    count = torch.zeros(g, dtype=dtype, device=s.device).index_add_(0, inv, torch.ones_like(s))
+    total = torch.zeros(g, dtype=dtype, device=s.device).index_add_(0, inv, s)
+    mean = total / count
+    dev2 = torch.zeros(g, dtype=dtype, device=s.device).index_add_(0, inv, (s - mean[inv]) ** 2)
+    var = torch.where(count > 1, dev2 / (count - 1).clamp(min=1), torch.zeros_like(dev2))
+    # A group whose scores are all equal has no signal: mark it so that its advantages
+    # are exactly 0 (sum/count can leave a rounding residue such as 1e-18).
+    hi = torch.full((g,), -torch.inf, dtype=dtype, device=s.device).scatter_reduce(0, inv, s, "amax")
+    lo = torch.full((g,), torch.inf, dtype=dtype, device=s.device).scatter_reduce(0, inv, s, "amin")
+    informative = (count > 1) & (hi > lo)
+    return mean[inv], count[inv], var[inv].sqrt(), informative[inv]
+
+
+# --------------------------------------------------------------------------- sequence level
+
+
+def grpo(
+    scores: Tensor, group_index: Tensor, *, std_normalize: bool = True, eps: float = 1e-6
+) -> Tensor:
+    """Group-relative advantage of GRPO (DeepSeekMath, Shao et al. 2024, eq. 3 / sec. 4.1.2).
+
+    For response ``i`` in group ``g`` with ``n_g`` responses::
+
+        A_i = (r_i - mean_g(r)) / (std_g(r) + eps)     if std_normalize
+        A_i =  r_i - mean_g(r)                         otherwise (Dr. GRPO)
+
+    ``std_g`` is the *unbiased* standard deviation (divisor ``n_g - 1``, torch's
+    default, as in the DeepSeekMath/verl/TRL implementations). A group of one response
+    gets advantage 0 (there is nothing to compare with). A group whose scores are all
+    equal gets exactly 0 in both variants. Adding a constant to every score of a group does
+    not change its advantages. Returns ``[N]`` in the scores' floating dtype.
+    """
+    mean, _, std, informative = _group_stats(scores, group_index)
+    adv = scores.to(mean.dtype) - mean
+    if std_normalize:
+        adv = adv / (std + eps)
+    return torch.where(informative, adv, torch.zeros_like(adv))
+
+
+def dr_grpo(scores: Tensor, group_index: Tensor) -> Tensor:
+    """Dr. GRPO advantage (Liu et al. 2025, "Understanding R1-Zero-Like Training").
+
+    ``A_i = r_i - mean_g(r)``: GRPO without the division by the group std, which
+    Dr. GRPO identifies as a question-difficulty bias. (Its other fix, dropping the
+    ``1/|o_i|`` length normaliser, is the loss aggregation mode
+    ``seq-mean-token-sum-norm`` in :mod:`mathrl.algo.losses`.) Groups of one get 0.
+    """
+    return grpo(scores, group_index, std_normalize=False)
+
+
+def rloo(scores: Tensor, group_index: Tensor) -> Tensor:
+    """REINFORCE Leave-One-Out advantage (Ahmadian et al. 2024; Kool et al. 2019).
+
+    Baseline for response ``i`` = mean score of the *other* ``n_g - 1`` responses of
+    its group::
+
+        A_i = r_i - (sum_g(r) - r_i) / (n_g - 1)  =  n_g / (n_g - 1) * (r_i - mean_g(r))
+
+    A group of one gets 0. Returns ``[N]``.
+    """
+    mean, count, _, informative = _group_stats(scores, group_index)
+    s = scores.to(mean.dtype)
+    adv = count / (count - 1).clamp(min=1) * (s - mean)
+    return torch.where(informative, adv, torch.zeros_like(adv))
+
+
+# --------------------------------------------------------------------------- token level
+
+
+def reinforce_pp(token_rewards: Tensor, mask: Tensor, *, gamma: float = 1.0) -> Tensor:
+    """REINFORCE++ advantage (Hu 2025, arXiv:2501.03262, sec. 3).
+
+    Discounted return-to-go over the valid tokens of each response, then whitened with
+    the mean and (unbiased) std over all valid tokens of the batch::
+
+        G_t = r_t + gamma * G_{t'}      (t' = next valid token after t; G = 0 past the last)
+        A   = masked_whiten(G, mask)
+
+    Padding tokens are skipped by the recursion (a hole in the mask does not break the
+    return), their rewards are ignored and their advantage is 0. The KL penalty, if
+    any, is expected to be already inside ``token_rewards`` (see
+    :func:`token_level_rewards`). Returns ``[N, T]``.
+    """
+    _check_2d(token_rewards, "token_rewards")
+    m = _check_mask(token_rewards, mask, "token_rewards")
+    returns = torch.zeros_like(token_rewards)
+    running = torch.zeros_like(token_rewards[:, 0])
+    for t in range(token_rewards.shape[1] - 1, -1, -1):
+        valid = m[:, t]
+        running = torch.where(valid, token_rewards[:, t] + gamma * running, running)
+        returns[:, t] = running
+    return masked_whiten(returns, m)
+
+
+def gae(
+    token_rewards: Tensor, values: Tensor, mask: Tensor, *, gamma: float, lam: float
+) -> tuple[Tensor, Tensor]:
+    """Generalised Advantage Estimation (Schulman et al. 2016, eq. 16) for PPO.
+
+    Backward recursion over the valid tokens of each response::
+
+        delta_t = r_t + gamma * V_{t'} - V_t
+        A_t     = delta_t + gamma * lam * A_{t'}
+        R_t     = A_t + V_t                     (the value target)
+
+    where ``t'`` is the next *valid* token after ``t``, and ``V_{t'} = 0``,
+    ``A_{t'} = 0`` after the last valid token (the episode ends there; the padded end
+    of the tensor plays no role). Padding tokens are skipped, so values and rewards
+    at padding never change the result; advantages and returns are 0 there. Not
+    whitened: apply :func:`masked_whiten` to the advantages if the recipe asks for it.
+    With ``gamma = lam = 1``: ``A_t = sum_{k >= t} r_k - V_t`` (reward-to-go minus
+    value). Returns ``(advantages [N, T], returns [N, T])``.
+    """
+    _check_2d(token_rewards, "token_rewards")
+    if values.shape != token_rewards.shape:
+        raise ValueError(
+            f"values shape {tuple(values.shape)} does not match token_rewards shape "
+            f"{tuple(token_rewards.shape)}"
+        )
+    m = _check_mask(token_rewards, mask, "token_rewards")
+    values = values.detach()
+    adv = torch.zeros_like(token_rewards)
+    next_value = torch.zeros_like(token_rewards[:, 0])
+    last_gae = torch.zeros_like(token_rewards[:, 0])
+    for t in range(token_rewards.shape[1] - 1, -1, -1):
+        valid = m[:, t]
+        delta = token_rewards[:, t] + gamma * next_value - values[:, t]
+        cur = delta + gamma * lam * last_gae
+        last_gae = torch.where(valid, cur, last_gae)
+        next_value = torch.where(valid, values[:, t], next_value)
+        adv[:, t] = torch.where(valid, cur, torch.zeros_like(cur))
+    zero = torch.zeros((), dtype=adv.dtype, device=adv.device)
+    returns = torch.where(m, adv + values, zero)
+    return adv, returns
+
+
+# --------------------------------------------------------------------------- glue for the trainer
+
+
+def token_level_rewards(
+    scores: Tensor, mask: Tensor, kl: Tensor | None = None, kl_coef: float = 0.0
+) -> Tensor:
+    """Per-token rewards with the outcome score at the last valid token (PPO style).
+
+    ::
+
+        r_t = -kl_coef * kl_t * m_t  +  score * [t == last valid token]
+
+    This is how InstructGPT/PPO-RLHF (Ouyang et al. 2022, eq. 2) puts the KL penalty
+    to the reference policy into the reward; ``kl`` is a per-token estimate
+    (:func:`mathrl.algo.kl.estimate`), usually detached. With ``kl=None`` or
+    ``kl_coef=0`` only the score remains. Raises ``ValueError`` when a response has no
+    valid token (its score would be silently lost). Returns ``[N, T]``, 0 at padding.
+    """
+    if scores.dim() != 1:
+        raise ValueError(f"scores must be a 1-D [N] tensor, got shape {tuple(scores.shape)}")
+    if mask.dim() != 2 or mask.shape[0] != scores.shape[0]:
+        raise ValueError(
+            f"mask must be [N, T] with N = {scores.shape[0]} (len(scores)), got {tuple(mask.shape)}"
+        )
+    m = mask if mask.dtype == torch.bool else mask != 0
+    empty = (~m.any(dim=1)).nonzero().flatten()
+    if empty.numel():
+        raise ValueError(
+            f"responses {empty.tolist()[:10]} have no valid token in mask; their score "
+            "cannot be placed (a response should keep at least its EOS token)"
+        )
+    dtype = scores.dtype if scores.dtype.is_floating_point else torch.float32
+    rewards = torch.zeros(m.shape, dtype=dtype, device=scores.device)
+    if kl is not None and kl_coef != 0.0:
+        if kl.shape != m.shape:
+            raise ValueError(f"kl shape {tuple(kl.shape)} does not match mask shape {tuple(m.shape)}")
+        rewards = torch.where(m, -kl_coef * kl.to(dtype), rewards)
+    positions = torch.arange(m.shape[1], device=m.device).expand_as(m)
+    last = torch.where(m, positions, torch.full_like(positions, -1)).max(dim=1).values
+    rows = torch.arange(m.shape[0], device=m.device)
+    rewards[rows, last] += scores.to(dtype)
+    return rewards
+
+
+def broadcast_to_tokens(seq_values: Tensor, mask: Tensor) -> Tensor:
+    """Copy a per-response value (e.g. a GRPO advantage) to each of its valid tokens.
+
+    ``A[i, t] = a_i * m[i, t]`` (0 at padding). Returns ``[N, T]`` in ``seq_values``' dtype.
+    """
+    if seq_values.dim() != 1 or mask.dim() != 2 or mask.shape[0] != seq_values.shape[0]:
+        raise ValueError(
+            f"expected seq_values [N] and mask [N, T], got {tuple(seq_values.shape)} and "
+            f"{tuple(mask.shape)}"
+        )
+    m = mask if mask.dtype == torch.bool else mask != 0
+    zero = torch.zeros((), dtype=seq_values.dtype, device=seq_values.device)
+    return torch.where(m, seq_values[:, None], zero)
+
+
+# --------------------------------------------------------------------------- registry
+
+ADVANTAGE_ESTIMATORS: dict[str, Callable[..., object]] = {
+    "grpo": grpo,
+    "dr_grpo": dr_grpo,
+    "rloo": rloo,
+    "reinforce_pp": reinforce_pp,
+    "gae": gae,
+}
+"""Config name -> estimator. See the module docstring for each one's inputs."""
+
+SEQUENCE_LEVEL: frozenset[str] = frozenset({"grpo", "dr_grpo", "rloo"})
+"""Estimators called as ``fn(scores[N], group_index[N]) -> [N]``."""
+
+TOKEN_LEVEL: frozenset[str] = frozenset({"reinforce_pp", "gae"})
+"""Estimators that take per-token rewards ``[N, T]`` and a mask."""
+
+NEEDS_CRITIC: frozenset[str] = frozenset({"gae"})
+"""Estimators that need a value model (``values [N, T]``)."""
+
+
+def get_advantage_estimator(name: str) -> Callable[..., object]:
+    """Look an estimator up by its config name; unknown names raise ``ValueError``."""
+    try:
+        return ADVANTAGE_ESTIMATORS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown advantage estimator {name!r}; allowed: {', '.join(sorted(ADVANTAGE_ESTIMATORS))}"
+        ) from None
