@@ -1,0 +1,83 @@
+"""The `RolloutEngine` interface that the hf and vllm backends implement."""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Iterable, Sequence
+
+import torch
+
+from mathrl.rollout.batch import RolloutBatch, SamplingConfig
+
+Prompts = Sequence[str] | Sequence[Sequence[int]]
+
+
+class RolloutEngine(abc.ABC):
+    """Samples G responses for each of B prompts and keeps its weights in sync with the trainer.
+
+    Prompts are either rendered strings (the chat template already applied by the data stage;
+    they are tokenized without adding special tokens unless the engine was built with
+    ``add_special_tokens=True``) or lists of token ids, used as given.
+    """
+
+    tokenizer: Any
+    pad_token_id: int
+    add_special_tokens: bool = False
+
+    @abc.abstractmethod
+    def generate(self, prompts: Prompts, n: int, sampling: SamplingConfig) -> RolloutBatch:
+        """Return a `RolloutBatch` of ``len(prompts) * n`` rows, prompt-major."""
+
+    @abc.abstractmethod
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
+        """Load the trainer's parameters (Hugging Face names, e.g. from ``model.named_parameters()``)
+        into the engine. Tensors are consumed one at a time, so the caller may gather ZeRO-3
+        shards lazily (see `mathrl.rollout.sync.iter_full_parameters`). After this call every
+        later `generate` uses the new weights (cached prompt KV is dropped). Returns the number
+        of tensors loaded. If it raises, the engine's weights are undefined (partly updated)
+        until a complete push succeeds."""
+
+    @abc.abstractmethod
+    def score(self, prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[int]],
+              temperature: float = 1.0) -> list[torch.Tensor]:
+        """The engine's logprobs ``log_softmax(logits / temperature)`` of each given response token
+        under its current weights: one FloatTensor[len(response_ids[i])] per row. Used to check
+        weight sync against the trainer on a fixed sequence."""
+
+    def close(self) -> None:
+        """Release the engine (processes, memory). Safe to call twice."""
+
+    # ---- helpers shared by the backends -----------------------------------------------------
+    def encode_prompts(self, prompts: Prompts) -> tuple[list[list[int]], list[str]]:
+        """Token ids and texts of the prompts; raises a ValueError naming the bad prompt."""
+        if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
+            raise TypeError(f"prompts must be a list of strings or of token-id lists, got {type(prompts).__name__}")
+        if len(prompts) == 0:
+            raise ValueError("prompts is empty")
+        ids: list[list[int]] = []
+        texts: list[str] = []
+        for i, p in enumerate(prompts):
+            if isinstance(p, str):
+                enc = self.tokenizer(p, add_special_tokens=self.add_special_tokens)["input_ids"]
+                ids.append(list(enc))
+                texts.append(p)
+            elif isinstance(p, torch.Tensor) or (isinstance(p, Sequence) and all(isinstance(t, int) for t in p)):
+                lst = [int(t) for t in (p.tolist() if isinstance(p, torch.Tensor) else p)]
+                ids.append(lst)
+                texts.append(self.tokenizer.decode(lst, skip_special_tokens=False))
+            else:
+                raise TypeError(f"prompts[{i}] is {type(p).__name__}: expected a string or a list of token ids")
+            if not ids[-1]:
+                raise ValueError(f"prompts[{i}] encodes to zero tokens")
+        return ids, texts
+
+    def __enter__(self) -> "RolloutEngine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def check_n(n: int) -> None:
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"n={n!r}: the number of samples per prompt must be an integer >= 1")

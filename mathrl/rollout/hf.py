@@ -1,0 +1,246 @@
+"""The transformers backend: a small sampling loop over the model's KV cache.
+
+Why not ``model.generate(num_return_sequences=G)``: it repeats every prompt G times *before* the
+prefill, so the prompt is encoded G times. Here the B prompts are prefilled once (left-padded),
+the KV cache is repeated G times along the batch (``DynamicCache.batch_repeat_interleave``) and
+the G samples decode from it. Rows that finish (EOS or a stop string) are dropped from the cache,
+so the batch shrinks as responses end. Logprobs are those of the distribution sampled from
+(`mathrl.rollout.sampling.sampling_logprobs`), the same convention as the vllm backend.
+
+Reproducibility: one ``torch.Generator`` seeded by ``SamplingConfig.seed`` drives all draws of a
+call, so the same prompts, n, config and weights give the same batch on the same machine.
+A row's sample depends on the whole call (batch composition, chunking), as in vLLM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import secrets
+from typing import Iterable, Sequence
+
+import torch
+
+from mathrl.rollout.base import Prompts, RolloutEngine, check_n
+from mathrl.rollout.batch import RolloutBatch, Sample, SamplingConfig, collate
+from mathrl.rollout.sampling import sample_tokens, sampling_logprobs
+
+
+def _eos_ids(model, tokenizer) -> list[int]:
+    ids: set[int] = set()
+    for src in (getattr(getattr(model, "generation_config", None), "eos_token_id", None),
+                getattr(model.config, "eos_token_id", None), tokenizer.eos_token_id):
+        if src is None:
+            continue
+        ids.update([src] if isinstance(src, int) else list(src))
+    if not ids:
+        raise ValueError("the model and tokenizer define no eos_token_id; set one in generation_config.json")
+    return sorted(ids)
+
+
+@contextlib.contextmanager
+def _eval_mode(model):
+    """Eval mode for generation (dropout off; transformers turns the KV cache off in training mode
+    with gradient checkpointing), restoring the caller's mode afterwards (the module may be the
+    trainer's own)."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        if was_training:
+            model.train()
+
+
+def cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
+    """``text`` up to the earliest occurrence of any stop string, and whether one occurred."""
+    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+    return (text[:cut], True) if cut >= 0 else (text, False)
+
+
+class HFRolloutEngine(RolloutEngine):
+    """Rollout with a transformers causal LM in this process.
+
+    Args:
+        model_path: a model spec for `mathrl.models` (``embedded``, a local folder, a hub id).
+            Ignored when ``model`` is given.
+        model: an already loaded ``PreTrainedModel``. Passing the trainer's own module shares
+            it (then `update_weights` has nothing to copy); otherwise the engine owns a copy.
+        tokenizer: the tokenizer (loaded from ``model_path`` when omitted).
+        dtype: dtype of the engine's model when it loads one (float32 on CPU).
+        device: where the engine's model runs.
+        max_batch_rows: most rows (prompts x n) decoded at once; larger calls are split by prompt.
+        add_special_tokens: passed to the tokenizer for string prompts (False: the chat template
+            already holds them).
+    """
+
+    def __init__(self, model_path: str | None = None, *, model=None, tokenizer=None,
+                 dtype: torch.dtype | str = torch.float32, device: str | torch.device = "cpu",
+                 max_batch_rows: int = 256, add_special_tokens: bool = False) -> None:
+        if model is None and model_path is None:
+            raise ValueError("HFRolloutEngine needs model_path or model")
+        if model is None or tokenizer is None:
+            from mathrl.models import load_causal_lm, load_tokenizer
+            if tokenizer is None:
+                tokenizer = load_tokenizer(model_path if model_path is not None else model.name_or_path)
+            if model is None:
+                model = load_causal_lm(model_path, dtype=dtype).to(device)
+        self.model = model  # a shared (trainer's) module keeps its train/eval mode between calls
+        self.tokenizer = tokenizer
+        self.device = next(model.parameters()).device
+        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.eos_token_ids = _eos_ids(model, tokenizer)
+        if not isinstance(max_batch_rows, int) or max_batch_rows < 1:
+            raise ValueError(f"max_batch_rows={max_batch_rows!r}: must be an integer >= 1")
+        self.max_batch_rows = max_batch_rows
+        self.add_special_tokens = add_special_tokens
+        # transformers >= 5.2x names the forward's cache argument `cache` (older: `past_key_values`)
+        self._cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        self._closed = False
+
+    # ---- generation -------------------------------------------------------------------------
+    def generate(self, prompts: Prompts, n: int, sampling: SamplingConfig) -> RolloutBatch:
+        check_n(n)
+        if self._closed:
+            raise RuntimeError("HFRolloutEngine.generate called after close()")
+        prompt_ids, prompt_text = self.encode_prompts(prompts)
+        seed = sampling.seed if sampling.seed is not None else secrets.randbits(62)
+        gen = torch.Generator(device=self.device).manual_seed(seed)
+        per_chunk = max(1, self.max_batch_rows // n)
+        samples: list[list[Sample]] = []
+        with _eval_mode(self.model):
+            for start in range(0, len(prompt_ids), per_chunk):
+                samples.extend(self._generate_chunk(prompt_ids[start:start + per_chunk], n, sampling, gen))
+        return collate(prompt_ids, samples, prompt_text, self.pad_token_id, meta={"backend": "hf", "seed": seed})
+
+    @torch.inference_mode()
+    def _generate_chunk(self, prompt_ids: list[list[int]], n: int, sp: SamplingConfig,
+                        gen: torch.Generator) -> list[list[Sample]]:
+        from transformers import DynamicCache
+
+        dev = self.device
+        b = len(prompt_ids)
+        lp = max(len(p) for p in prompt_ids)
+        ids = torch.full((b, lp), self.pad_token_id, dtype=torch.long)
+        attn = torch.zeros((b, lp), dtype=torch.long)
+        for i, p in enumerate(prompt_ids):
+            ids[i, lp - len(p):] = torch.as_tensor(p)
+            attn[i, lp - len(p):] = 1
+        ids, attn = ids.to(dev), attn.to(dev)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+
+        # prefill: B prompts, once
+        cache = DynamicCache(config=self.model.config)
+        out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True,
+                         logits_to_keep=1, **{self._cache_kw: cache})
+        logits = out.logits[:, -1, :]
+        next_pos = pos[:, -1] + 1
+        if n > 1:  # expand to G samples after the prefill
+            cache.batch_repeat_interleave(n)
+            logits = logits.repeat_interleave(n, dim=0)
+            attn = attn.repeat_interleave(n, dim=0)
+            next_pos = next_pos.repeat_interleave(n, dim=0)
+
+        rows = b * n
+        t_max = sp.max_tokens
+        tokens = torch.full((rows, t_max), self.pad_token_id, dtype=torch.long)
+        logps = torch.zeros((rows, t_max), dtype=torch.float32)
+        lengths = [0] * rows
+        finish = ["length"] * rows
+        alive = torch.arange(rows)  # original row of each cache row
+        eos = torch.as_tensor(self.eos_token_ids, device=dev)
+        greedy = sp.temperature == 0
+        stops = list(sp.stop)
+        window = (max(len(s) for s in stops) + 3) if stops else 0
+
+        for t in range(t_max):
+            lprobs = sampling_logprobs(logits, sp.temperature, sp.top_k, sp.top_p)
+            tok = sample_tokens(lprobs, greedy, gen)
+            tok_lp = lprobs.gather(-1, tok[:, None]).squeeze(-1)
+            tok_cpu, lp_cpu = tok.cpu(), tok_lp.float().cpu()
+            tokens[alive, t] = tok_cpu
+            logps[alive, t] = lp_cpu
+            for r in alive.tolist():
+                lengths[r] = t + 1
+            done = torch.isin(tok, eos).cpu()
+            if stops:
+                cand = [k for k in range(alive.numel()) if not done[k]]
+                if cand:
+                    lo = max(0, t + 1 - window)
+                    texts = self.tokenizer.batch_decode(tokens[alive[cand], lo:t + 1].tolist())
+                    for k, txt in zip(cand, texts):
+                        if any(s in txt for s in stops):
+                            done[k] = True
+            for k in torch.nonzero(done).flatten().tolist():
+                finish[int(alive[k])] = "stop"
+            if t == t_max - 1:
+                break
+            keep = ~done
+            if not keep.any():
+                break
+            if done.any():  # drop finished rows from the cache and the batch
+                keep_idx = torch.nonzero(keep).flatten()
+                cache.batch_select_indices(keep_idx.to(dev))
+                alive = alive[keep_idx]
+                tok = tok[keep_idx.to(dev)]
+                attn = attn[keep_idx.to(dev)]
+                next_pos = next_pos[keep_idx.to(dev)]
+            attn = torch.cat([attn, attn.new_ones((attn.shape[0], 1))], dim=1)
+            out = self.model(input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos[:, None],
+                             use_cache=True, **{self._cache_kw: cache})  # the cache is updated in place
+            logits = out.logits[:, -1, :]
+            next_pos = next_pos + 1
+
+        groups: list[list[Sample]] = []
+        for i in range(b):
+            grp = []
+            for j in range(n):
+                r = i * n + j
+                ids_r = tokens[r, :lengths[r]].tolist()
+                text = self.tokenizer.decode(ids_r, skip_special_tokens=True)
+                if stops and finish[r] == "stop":
+                    text, _ = cut_at_stop(text, stops)
+                grp.append(Sample(ids_r, logps[r, :lengths[r]].tolist(), finish[r], text))
+            groups.append(grp)
+        return groups
+
+    # ---- weights ----------------------------------------------------------------------------
+    @torch.no_grad()
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
+        targets = dict(self.model.state_dict(keep_vars=True))
+        count = 0
+        for name, tensor in named_tensors:
+            dst = targets.get(name)
+            if dst is None and name.startswith("module."):  # DDP / DeepSpeed wrapper prefix
+                dst = targets.get(name[len("module."):])
+            if dst is None:
+                raise KeyError(f"update_weights: parameter {name!r} is not in the rollout model "
+                               f"({type(self.model).__name__}; e.g. {list(targets)[:3]})")
+            if tuple(dst.shape) != tuple(tensor.shape):
+                raise ValueError(f"update_weights: {name!r} has shape {tuple(tensor.shape)}, "
+                                 f"the rollout model expects {tuple(dst.shape)}")
+            if dst.data_ptr() != tensor.data_ptr():  # shared module: nothing to copy
+                dst.data.copy_(tensor.detach().to(dst.device, dst.dtype))
+            count += 1
+        return count
+
+    @torch.inference_mode()
+    def score(self, prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[int]],
+              temperature: float = 1.0) -> list[torch.Tensor]:
+        if len(prompt_ids) != len(response_ids):
+            raise ValueError("score: prompt_ids and response_ids differ in length")
+        res = []
+        with _eval_mode(self.model):
+            for p, r in zip(prompt_ids, response_ids):
+                res.append(self._score_one(p, r, temperature))
+        return res
+
+    def _score_one(self, p: Sequence[int], r: Sequence[int], temperature: float) -> torch.Tensor:
+        seq = torch.as_tensor([list(p) + list(r)], dtype=torch.long, device=self.device)
+        logits = self.model(input_ids=seq).logits[0, len(p) - 1:-1].float()
+        if temperature > 0:
+            logits = logits / temperature
+        return torch.log_softmax(logits, -1).gather(-1, seq[0, len(p):, None]).squeeze(-1).cpu()
+
+    def close(self) -> None:
+        self._closed = True

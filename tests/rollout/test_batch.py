@@ -1,0 +1,84 @@
+"""Unit tests for the rollout records and the sampling math (no model)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from mathrl.rollout.batch import RolloutBatch, Sample, SamplingConfig, collate
+from mathrl.rollout.hf import cut_at_stop
+from mathrl.rollout.sampling import sampling_logprobs
+
+
+def test_sampling_config_validation():
+    assert SamplingConfig(stop="x").stop == ("x",)
+    assert SamplingConfig.from_dict(SamplingConfig(stop=["a"], seed=3).to_dict()) == SamplingConfig(stop=("a",), seed=3)
+    for bad in (dict(temperature=-1), dict(top_p=0.0), dict(top_p=1.5), dict(top_k=-2), dict(max_tokens=0),
+                dict(stop=[""]), dict(seed=1.5)):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            SamplingConfig(**bad)
+
+
+def test_sampling_logprobs_hand_computed():
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
+    z = math.log(math.exp(2) + math.exp(1) + 1 + math.exp(-1))
+    # plain, T=1
+    torch.testing.assert_close(sampling_logprobs(logits, 1.0)[0], torch.tensor([2 - z, 1 - z, -z, -1 - z]))
+    # T=2 halves the logits
+    z2 = math.log(math.exp(1) + math.exp(0.5) + 1 + math.exp(-0.5))
+    torch.testing.assert_close(sampling_logprobs(logits, 2.0)[0], torch.tensor([1 - z2, 0.5 - z2, -z2, -0.5 - z2]))
+    # top-k 2: renormalised over the two largest
+    zk = math.log(math.exp(2) + math.exp(1))
+    out = sampling_logprobs(logits, 1.0, top_k=2)[0]
+    torch.testing.assert_close(out[:2], torch.tensor([2 - zk, 1 - zk]))
+    assert torch.isinf(out[2:]).all()
+    # top-p: probs are .644, .237, .087, .032 -> p=0.5 keeps 1 token, p=0.7 keeps 2, p=0.9 keeps 3
+    assert torch.isfinite(sampling_logprobs(logits, 1.0, top_p=0.5)[0]).sum() == 1
+    assert sampling_logprobs(logits, 1.0, top_p=0.5)[0, 0] == 0
+    torch.testing.assert_close(sampling_logprobs(logits, 1.0, top_p=0.7)[0, :2], torch.tensor([2 - zk, 1 - zk]))
+    assert torch.isfinite(sampling_logprobs(logits, 1.0, top_p=0.9)[0]).sum() == 3
+    # greedy: raw log_softmax
+    torch.testing.assert_close(sampling_logprobs(logits, 0.0)[0], torch.tensor([2 - z, 1 - z, -z, -1 - z]))
+
+
+def _batch() -> RolloutBatch:
+    samples = [[Sample([5, 6, 2], [-0.1, -0.2, -0.3], "stop", "ab"), Sample([7], [-1.0], "length", "c")],
+               [Sample([8, 9], [-0.5, -0.6], "length", "de"), Sample([2], [-0.01], "stop", "")]]
+    return collate([[1, 2, 3], [4]], samples, ["p0", "p1"], pad_token_id=0)
+
+
+def test_collate_layout():
+    b = _batch()
+    b.validate()
+    assert len(b) == 4 and b.num_prompts == 2 and b.group_size == 2
+    assert b.prompt_ids.tolist() == [[1, 2, 3], [1, 2, 3], [0, 0, 4], [0, 0, 4]]
+    assert b.prompt_mask.tolist() == [[1, 1, 1], [1, 1, 1], [0, 0, 1], [0, 0, 1]]
+    assert b.response_ids.tolist() == [[5, 6, 2], [7, 0, 0], [8, 9, 0], [2, 0, 0]]
+    assert b.response_mask.tolist() == [[1, 1, 1], [1, 0, 0], [1, 1, 0], [1, 0, 0]]
+    assert b.group_index.tolist() == [0, 0, 1, 1]
+    assert b.num_tokens == 7 and b.response_lengths.tolist() == [3, 1, 2, 1]
+    torch.testing.assert_close(b.logprobs[2], torch.tensor([-0.5, -0.6, 0.0]))
+    ids, mask = b.sequences()
+    assert ids.shape == (4, 6) and mask[2].tolist() == [0, 0, 1, 1, 1, 0]
+    assert b.to("cpu").response_ids.data_ptr() != 0
+
+
+@pytest.mark.parametrize("breakage,match", [
+    (lambda b: b.logprobs.__setitem__((0, 0), 0.5), "logprobs"),
+    (lambda b: b.logprobs.__setitem__((1, 2), -1.0), "padding positions are not 0"),
+    (lambda b: b.response_mask.__setitem__((1, 2), 1), "right-padded"),
+    (lambda b: b.finish_reason.__setitem__(0, "eos"), "finish_reason"),
+    (lambda b: b.group_index.__setitem__(1, 1), "group_index"),
+])
+def test_validate_catches(breakage, match):
+    b = _batch()
+    breakage(b)
+    with pytest.raises(ValueError, match=match):
+        b.validate()
+
+
+def test_cut_at_stop():
+    assert cut_at_stop("x = 4.\n\nDone", ["\n\n", "."]) == ("x = 4", True)
+    assert cut_at_stop("abc", ["z"]) == ("abc", False)

