@@ -1,0 +1,165 @@
+"""``mathrl eval --compare RUN_A RUN_B``: two evaluations side by side, with uncertainty.
+
+For every benchmark present in both runs and every metric, the table shows A
+and B with their 95% bootstrap intervals over problems, and the difference
+B - A. When both runs evaluated the same problems (same ids) the difference
+gets a *paired* bootstrap interval (problems resampled jointly, so per-problem
+difficulty cancels) and ``p(B<=A)``, the share of resamples in which B is not
+better; a gain whose interval excludes 0 is unlikely to be noise.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mathrl.config import ConfigError
+
+__all__ = ["compare_runs", "compare_summaries"]
+
+
+def _settings(summary: dict):
+    from mathrl.eval.runner import EvalSettings
+
+    s = summary["settings"]
+    return EvalSettings(**{**s, "ks": tuple(s["ks"]), "stop": tuple(s["stop"])})
+
+
+def _per_problem(run_dir: Path, summary: dict, bench: str) -> dict[str, dict[str, float]] | None:
+    from mathrl.eval.runner import per_problem_scores, read_records
+
+    path = run_dir / bench / "samples.jsonl"
+    if not path.is_file():
+        return None
+    settings = _settings(summary)
+    return {rec["id"]: per_problem_scores(rec, settings) for rec in read_records(path)}
+
+
+def compare_summaries(a: dict, b: dict, dir_a: Path | None = None, dir_b: Path | None = None, *,
+                      resamples: int = 2000, seed: int = 0) -> dict:
+    """The comparison record (pure apart from reading the per-problem samples when folders are given)."""
+    from mathrl.eval.metrics import paired_bootstrap_diff
+
+    common = [name for name in a["benchmarks"] if name in b["benchmarks"]]
+    if not common:
+        raise ConfigError(f"the two runs share no benchmark (A: {', '.join(a['benchmarks'])}; "
+                          f"B: {', '.join(b['benchmarks'])})")
+    out = {"a": {"model": a["model"], "settings": a["settings"]},
+           "b": {"model": b["model"], "settings": b["settings"]}, "benchmarks": {}}
+    diff_settings = {k: (a["settings"].get(k), b["settings"].get(k)) for k in
+                     ("n", "temperature", "top_p", "max_tokens", "template") if a["settings"].get(k) != b["settings"].get(k)}
+    out["settings_differ"] = diff_settings
+    for bench in common:
+        ba, bb = a["benchmarks"][bench], b["benchmarks"][bench]
+        pa = _per_problem(dir_a, a, bench) if dir_a else None
+        pb = _per_problem(dir_b, b, bench) if dir_b else None
+        paired = pa is not None and pb is not None and set(pa) == set(pb)
+        rows = {}
+        for metric in ba["metrics"]:
+            if metric not in bb["metrics"]:
+                continue
+            ma, mb = ba["metrics"][metric], bb["metrics"][metric]
+            row = {"a": ma["value"], "a_ci": ma.get("ci"), "b": mb["value"], "b_ci": mb.get("ci"),
+                   "diff": mb["value"] - ma["value"], "paired": False}
+            if paired:
+                ids = sorted(pa)
+                if all(metric in pa[i] and metric in pb[i] for i in ids):
+                    d = paired_bootstrap_diff([pa[i][metric] for i in ids], [pb[i][metric] for i in ids],
+                                              resamples=resamples, seed=seed)
+                    row.update({"diff": d["diff"], "diff_ci": [d["lo"], d["hi"]], "p_b_le_a": d["p_le_0"],
+                                "paired": True})
+            rows[metric] = row
+        out["benchmarks"][bench] = {"problems": [ba["problems"], bb["problems"]], "paired": paired,
+                                    "metrics": rows,
+                                    "mean_length": [ba["mean_length"], bb["mean_length"]],
+                                    "truncation_rate": [ba["truncation_rate"], bb["truncation_rate"]]}
+    return out
+
+
+def _fmt_ci(v, ci) -> str:
+    from mathrl.eval.report import pct
+
+    return f"{pct(v)} [{pct(ci[0])}, {pct(ci[1])}]" if ci else pct(v)
+
+
+def _rows(cmp: dict) -> tuple[list[str], list[list[str]]]:
+    header = ["benchmark", "metric", "A", "B", "B - A", "95% CI of B - A", "p(B<=A)"]
+    rows = []
+    for bench, b in cmp["benchmarks"].items():
+        for metric, r in b["metrics"].items():
+            ci = r.get("diff_ci")
+            rows.append([bench, metric, _fmt_ci(r["a"], r["a_ci"]), _fmt_ci(r["b"], r["b_ci"]),
+                         f"{100 * r['diff']:+.1f}",
+                         f"[{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]" if ci else "unpaired",
+                         f"{r['p_b_le_a']:.3f}" if "p_b_le_a" in r else "-"])
+        rows.append([bench, "mean len", f"{b['mean_length'][0]:.1f}", f"{b['mean_length'][1]:.1f}",
+                     f"{b['mean_length'][1] - b['mean_length'][0]:+.1f}", "", ""])
+    return header, rows
+
+
+def format_compare(cmp: dict) -> str:
+    header, rows = _rows(cmp)
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    lines = [f"A = {cmp['a']['model']}", f"B = {cmp['b']['model']}"]
+    if cmp["settings_differ"]:
+        lines.append("warning: the runs used different settings: " + ", ".join(
+            f"{k} {va} vs {vb}" for k, (va, vb) in cmp["settings_differ"].items()))
+    lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths)))
+    lines.append("-" * len(lines[-1]))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    lines.append("metrics in %; A and B with 95% bootstrap intervals over problems; B - A with a paired bootstrap "
+                 "interval when both runs scored the same problems")
+    return "\n".join(lines)
+
+
+def _plot(path: Path, cmp: dict) -> None:
+    from mathrl.eval.report import _plt
+
+    plt = _plt()
+    labels, va, vb, ea, eb = [], [], [], [], []
+    for bench, b in cmp["benchmarks"].items():
+        for metric, r in b["metrics"].items():
+            labels.append(f"{bench}\n{metric}")
+            va.append(100 * r["a"])
+            vb.append(100 * r["b"])
+            for vals, ci, v in ((ea, r["a_ci"], r["a"]), (eb, r["b_ci"], r["b"])):
+                ci = ci or [v, v]
+                vals.append((100 * (v - ci[0]), 100 * (ci[1] - v)))
+    x = list(range(len(labels)))
+    fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(labels)), 4))
+    w = 0.38
+    ax.bar([i - w / 2 for i in x], va, w, yerr=list(zip(*ea)), capsize=2, label=f"A {Path(cmp['a']['model']).name}")
+    ax.bar([i + w / 2 for i in x], vb, w, yerr=list(zip(*eb)), capsize=2, label=f"B {Path(cmp['b']['model']).name}")
+    ax.set_xticks(x)
+    ax.set_xticklabels(labels, fontsize=7)
+    ax.set_ylabel("%")
+    ax.set_ylim(0, 100)
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def compare_runs(run_a: str | Path, run_b: str | Path, *, out_dir: str | Path | None = None) -> dict:
+    """Compare two evaluation folders; print the table; write compare.json/.md/.png to ``out_dir``
+    (default ``<run_b>/compare``)."""
+    from mathrl.eval.report import _md_table, load_summary
+
+    run_a, run_b = Path(run_a), Path(run_b)
+    try:
+        a, b = load_summary(run_a), load_summary(run_b)
+    except ValueError as exc:
+        raise ConfigError(f"--compare: {exc}") from None
+    cmp = compare_summaries(a, b, run_a, run_b)
+    cmp["a"]["folder"], cmp["b"]["folder"] = str(run_a), str(run_b)
+    out = Path(out_dir) if out_dir else run_b / "compare"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "compare.json").write_text(json.dumps(cmp, indent=2) + "\n")
+    header, rows = _rows(cmp)
+    (out / "compare.md").write_text(f"# Comparison\n\n- A: `{cmp['a']['model']}` ({run_a})\n- B: "
+                                    f"`{cmp['b']['model']}` ({run_b})\n\n{_md_table(header, rows)}\n")
+    _plot(out / "compare.png", cmp)
+    print(format_compare(cmp))
+    print(f"\nwrote {out}/compare.json, compare.md, compare.png")
+    return cmp

@@ -1,0 +1,417 @@
+"""The benchmark runner: render prompts, sample with a rollout engine, grade, record, summarise.
+
+Flow for one benchmark (:func:`evaluate_benchmark`):
+
+1. render every problem with the prompt template (the model's chat template);
+2. per chunk of prompts, sample ``n`` responses (``SamplingConfig`` from the
+   settings; one seed per chunk derived from ``settings.seed``) and, when
+   ``settings.greedy``, one greedy response (temperature 0);
+3. grade all responses with the verifier (:func:`mathrl.reward.grade_batch`,
+   hard timeout per response; a response cut at the length limit only counts
+   with an explicit final-answer marker);
+4. group each problem's extracted answers into classes of verified
+   equivalence for maj@k (:func:`cluster_answers_batch`);
+5. write one JSON line per problem (every sample's text, extracted answer,
+   verdict, finish reason, length) and compute the summary from those records
+   (:func:`summarize`), so a saved run can be re-summarised or re-graded
+   without generating again (:func:`regrade_records`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from mathrl.eval.metrics import (
+    MAJ_EXACT_SUBSETS, MAJ_RESAMPLES, bootstrap_ci, cluster_answers, maj_at_k, mean, pass_at_k, wilson_interval,
+)
+
+__all__ = ["EvalSettings", "evaluate_benchmark", "grade_records", "cluster_answers_batch", "summarize",
+           "regrade_records", "read_records", "write_records"]
+
+Log = Callable[[str], None]
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+@dataclass
+class EvalSettings:
+    """What is sampled and how it is scored (recorded in every summary).
+
+    Attributes:
+        n: samples per problem.
+        ks: the k of pass@k and maj@k (each ``<= n``).
+        temperature, top_p, top_k, max_tokens: sampling of the n samples.
+        greedy: also decode one greedy response per problem (temperature 0).
+        seed: base seed; chunk ``j`` samples with seed ``seed + j``.
+        template: prompt template name (:mod:`mathrl.data.templates`).
+        system_prompt: system message for chat templates (None = model default).
+        stop: extra stop strings (the template's own are always added).
+        timeout: verifier timeout per response, seconds.
+        workers: verifier processes (None = the pool's default).
+        chunk_rows: most sampled rows (prompts x n) per engine call; bounds
+            memory and gives progress lines. None = 256 for the hf backend (its
+            decode step reads every weight once per step, so on a CPU 256 rows
+            cost little more than 64) and 4096 for vLLM (which schedules a
+            large request list best by itself).
+        maj_resamples, maj_exact_subsets: see :func:`mathrl.eval.metrics.maj_at_k`.
+        ci_resamples, ci_level: bootstrap confidence intervals over problems.
+    """
+
+    n: int = 8
+    ks: tuple[int, ...] = (1, 4, 8)
+    temperature: float = 0.6
+    top_p: float = 0.95
+    top_k: int = -1
+    max_tokens: int = 256
+    greedy: bool = True
+    seed: int = 0
+    template: str = "chat_boxed_oneshot"
+    system_prompt: str | None = None
+    stop: tuple[str, ...] = ()
+    timeout: float = 5.0
+    workers: int | None = None
+    chunk_rows: int | None = None
+    maj_resamples: int = MAJ_RESAMPLES
+    maj_exact_subsets: int = MAJ_EXACT_SUBSETS
+    ci_resamples: int = 2000
+    ci_level: float = 0.95
+
+    def __post_init__(self) -> None:
+        self.ks = tuple(sorted(set(int(k) for k in self.ks)))
+        self.stop = tuple(self.stop)
+        if self.n < 1:
+            raise ValueError(f"n={self.n}: must be >= 1")
+        bad = [k for k in self.ks if not 1 <= k <= self.n]
+        if bad or not self.ks:
+            raise ValueError(f"k={list(self.ks)}: each k must satisfy 1 <= k <= n = {self.n}")
+
+    @classmethod
+    def from_config(cls, cfg, *, top_k: int | None = None) -> "EvalSettings":
+        """The evaluation settings of a :class:`mathrl.config.Config` (``eval.*``, template, seed, verifier)."""
+        return cls(n=cfg.eval.n, ks=tuple(cfg.eval.k), temperature=cfg.eval.temperature, top_p=cfg.eval.top_p,
+                   top_k=-1 if top_k is None else top_k, max_tokens=cfg.eval.max_tokens, greedy=cfg.eval.greedy,
+                   seed=cfg.train.seed, template=cfg.data.template, system_prompt=cfg.data.system_prompt,
+                   stop=tuple(cfg.rollout.stop), timeout=cfg.reward.timeout, workers=cfg.reward.workers)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["ks"] = list(self.ks)
+        d["stop"] = list(self.stop)
+        return d
+
+
+# --------------------------------------------------------------------------- generation
+
+
+def _render(problems, settings: EvalSettings, tokenizer):
+    from mathrl.data.templates import get_template
+
+    tpl = get_template(settings.template, system=settings.system_prompt)
+    return [tpl.render(p, tokenizer) for p in problems], tuple(tpl.stop)
+
+
+def _sample_records(batch, g: int) -> list[list[dict]]:
+    lengths = batch.response_lengths.tolist()
+    out: list[list[dict]] = []
+    for i in range(batch.num_prompts):
+        rows = []
+        for j in range(g):
+            r = i * g + j
+            rows.append({"text": batch.response_text[r], "finish_reason": batch.finish_reason[r],
+                         "tokens": int(lengths[r])})
+        out.append(rows)
+    return out
+
+
+def generate_records(engine, problems: Sequence, settings: EvalSettings, *, name: str = "",
+                     log: Log = _stderr) -> list[dict]:
+    """Sample (and greedy-decode) every problem; return ungraded per-problem records."""
+    from mathrl.rollout import SamplingConfig
+
+    prompts, tpl_stop = _render(problems, settings, engine.tokenizer)
+    stop = tuple(dict.fromkeys(tpl_stop + settings.stop))
+    rows = settings.chunk_rows or (4096 if "vllm" in type(engine).__name__.lower() else 256)
+    per_chunk = max(1, rows // settings.n)
+    records: list[dict] = []
+    t0 = time.time()
+    for j, start in enumerate(range(0, len(problems), per_chunk)):
+        chunk = list(problems[start:start + per_chunk])
+        chunk_prompts = prompts[start:start + per_chunk]
+        sp = SamplingConfig(temperature=settings.temperature, top_p=settings.top_p, top_k=settings.top_k,
+                            max_tokens=settings.max_tokens, stop=stop, seed=settings.seed + j)
+        sampled = _sample_records(engine.generate(chunk_prompts, settings.n, sp), settings.n)
+        greedy: list[list[dict]] | None = None
+        if settings.greedy:
+            gp = SamplingConfig(temperature=0.0, top_p=1.0, top_k=-1, max_tokens=settings.max_tokens, stop=stop,
+                                seed=settings.seed + j)
+            greedy = _sample_records(engine.generate(chunk_prompts, 1, gp), 1)
+        for i, p in enumerate(chunk):
+            rec = {"id": p.id, "source": p.source, "question": p.question, "gold": p.gold,
+                   "meta": {k: v for k, v in p.meta.items() if k in ("subject", "level", "expression")},
+                   "prompt": chunk_prompts[i], "samples": sampled[i]}
+            if greedy is not None:
+                rec["greedy"] = greedy[i][0]
+            records.append(rec)
+        done = min(start + per_chunk, len(problems))
+        log(f"[{name}] generated {done}/{len(problems)} problems x {settings.n} samples"
+            f"{' + greedy' if settings.greedy else ''} ({time.time() - t0:.0f} s)")
+    return records
+
+
+# --------------------------------------------------------------------------- grading
+
+
+def _default_grader(settings: EvalSettings):
+    from mathrl.reward import grade_batch
+
+    def grade(responses: list[str], golds: list[str], truncated: list[bool]):
+        return grade_batch(responses, golds, timeout=settings.timeout, workers=settings.workers,
+                           truncated=truncated)
+
+    return grade
+
+
+def grade_records(records: list[dict], settings: EvalSettings, grader=None) -> list[dict]:
+    """Fill in every sample's ``extracted``, ``correct``, ``reason``, then the answer classes.
+
+    ``grader(responses, golds, truncated) -> list[Grade]`` defaults to
+    :func:`mathrl.reward.grade_batch` with the settings' timeout and workers.
+    A response with finish reason ``length`` is graded as truncated.
+    """
+    grader = grader or _default_grader(settings)
+    texts, golds, truncs, slots = [], [], [], []
+    for rec in records:
+        rows = rec["samples"] + ([rec["greedy"]] if "greedy" in rec else [])
+        for row in rows:
+            texts.append(row["text"])
+            golds.append(rec["gold"])
+            truncs.append(row["finish_reason"] == "length")
+            slots.append(row)
+    grades = grader(texts, golds, truncs) if texts else []
+    for row, g in zip(slots, grades):
+        row["extracted"] = g.extracted
+        row["correct"] = bool(g.correct)
+        row["reason"] = g.reason
+    answers = [[s.get("extracted") for s in rec["samples"]] for rec in records]
+    verdicts = [[bool(s.get("correct")) for s in rec["samples"]] for rec in records]
+
+    def eq_batch(pairs: list[tuple[str, str]]) -> list[bool]:
+        if not pairs:
+            return []
+        gs = grader(["\\boxed{" + a + "}" for a, _ in pairs], [b for _, b in pairs], [False] * len(pairs))
+        return [bool(g.correct) for g in gs]
+
+    clustered = cluster_answers_batch(answers, verdicts, eq_batch)
+    for rec, (labels, correct) in zip(records, clustered):
+        rec["answer_class"] = labels
+        rec["correct_classes"] = sorted(correct)
+        rec["num_correct"] = sum(1 for s in rec["samples"] if s.get("correct"))
+    return records
+
+
+def cluster_answers_batch(answers: Sequence[Sequence[str | None]], verdicts: Sequence[Sequence[bool]],
+                          eq_batch: Callable[[list[tuple[str, str]]], list[bool]]):
+    """:func:`mathrl.eval.metrics.cluster_answers` for many problems, with batched equivalence calls.
+
+    Gives exactly the labels of ``cluster_answers`` run per problem with
+    ``equivalent(a, leader) = eq_batch([(a, leader)])[0]``, but asks the
+    verifier in rounds: in round ``r`` every problem's ``r``-th distinct wrong
+    answer is compared with all leaders of that problem at once (one
+    ``eq_batch`` call per round, so the verifier's process pool works in parallel).
+    """
+    # distinct wrong answers per problem, in order of first appearance
+    distinct: list[list[str]] = []
+    for ans, ver in zip(answers, verdicts):
+        seen: dict[str, None] = {}
+        for a, ok in zip(ans, ver):
+            if a is not None and a.strip() and not ok:
+                seen.setdefault(a.strip(), None)
+        distinct.append(list(seen))
+    leaders: list[list[str]] = [[] for _ in answers]
+    table: list[dict[tuple[str, str], bool]] = [{} for _ in answers]
+    rounds = max((len(d) for d in distinct), default=0)
+    for r in range(rounds):
+        asks: list[tuple[int, str, str]] = []
+        for p, d in enumerate(distinct):
+            if r < len(d):
+                asks.extend((p, d[r], lead) for lead in leaders[p])
+        results = eq_batch([(a, lead) for _, a, lead in asks]) if asks else []
+        for (p, a, lead), ok in zip(asks, results):
+            table[p][(a, lead)] = ok
+        for p, d in enumerate(distinct):
+            if r < len(d) and not any(table[p].get((d[r], lead), False) for lead in leaders[p]):
+                leaders[p].append(d[r])
+    out = []
+    for p, (ans, ver) in enumerate(zip(answers, verdicts)):
+        t = table[p]
+        out.append(cluster_answers(list(ans), list(ver), lambda a, b, t=t: t.get((a, b), False)))
+    return out
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def _ci(values: list[float], settings: EvalSettings, seed_offset: int = 0) -> list[float]:
+    lo, hi = bootstrap_ci(values, resamples=settings.ci_resamples, seed=settings.seed + seed_offset,
+                          level=settings.ci_level)
+    return [lo, hi]
+
+
+def per_problem_scores(rec: dict, settings: EvalSettings) -> dict[str, float]:
+    """The per-problem values whose means are the benchmark metrics."""
+    n = len(rec["samples"])
+    c = rec["num_correct"]
+    out: dict[str, float] = {}
+    if "greedy" in rec:
+        out["greedy"] = float(bool(rec["greedy"].get("correct")))
+    labels = rec["answer_class"]
+    correct = set(rec["correct_classes"])
+    for k in settings.ks:
+        if k > n:
+            continue
+        out[f"pass@{k}"] = pass_at_k(n, c, k)
+    for k in settings.ks:
+        if k > n or k == 1:
+            continue
+        seed = settings.seed * 1_000_003 + k
+        out[f"maj@{k}"] = maj_at_k(labels, correct, k, max_exact_subsets=settings.maj_exact_subsets,
+                                   resamples=settings.maj_resamples, seed=seed)
+    return out
+
+
+def _metric_order(settings: EvalSettings) -> list[str]:
+    names = (["greedy"] if settings.greedy else []) + [f"pass@{k}" for k in settings.ks]
+    return names + [f"maj@{k}" for k in settings.ks if k > 1]
+
+
+def _aggregate(records: list[dict], scores: list[dict[str, float]], settings: EvalSettings,
+               with_ci: bool = True) -> dict[str, Any]:
+    metrics: dict[str, Any] = {}
+    for i, name in enumerate(_metric_order(settings)):
+        vals = [s[name] for s in scores if name in s]
+        if not vals:
+            continue
+        entry: dict[str, Any] = {"value": mean(vals)}
+        if with_ci:
+            entry["ci"] = _ci(vals, settings, seed_offset=i)
+            if name == "greedy":
+                entry["wilson"] = list(wilson_interval(sum(vals), len(vals)))
+        metrics[name] = entry
+    samples = [s for rec in records for s in rec["samples"]]
+    return {"problems": len(records), "metrics": metrics,
+            "samples": len(samples),
+            "mean_length": mean([s["tokens"] for s in samples]),
+            "mean_length_correct": mean([s["tokens"] for s in samples if s.get("correct")]),
+            "truncation_rate": mean([float(s["finish_reason"] == "length") for s in samples]),
+            "no_answer_rate": mean([float(s.get("extracted") is None) for s in samples]),
+            "timeouts": sum(1 for s in samples if s.get("reason") == "timeout")}
+
+
+def summarize(records: list[dict], settings: EvalSettings, *, name: str = "") -> dict[str, Any]:
+    """Benchmark summary from graded records: metrics with bootstrap CIs, lengths, breakdowns.
+
+    Metrics (means over problems): ``greedy`` (accuracy of the greedy
+    response), ``pass@k`` (unbiased estimator), ``maj@k`` (expected
+    majority-vote accuracy of k samples); each with a percentile-bootstrap
+    interval over problems (``ci``), and the Wilson interval for ``greedy``.
+    Breakdowns by ``level`` and ``subject`` (when the problems carry them) give
+    the same metrics per group, without intervals.
+    """
+    scores = [per_problem_scores(r, settings) for r in records]
+    out = {"benchmark": name, **_aggregate(records, scores, settings)}
+    breakdown: dict[str, dict[str, Any]] = {}
+    for key in ("level", "subject"):
+        groups: dict[str, list[int]] = {}
+        for i, rec in enumerate(records):
+            v = rec.get("meta", {}).get(key)
+            if v is not None:
+                groups.setdefault(str(v), []).append(i)
+        if len(groups) >= 1 and sum(len(g) for g in groups.values()) == len(records) and \
+                not (key == "level" and all(r.get("source") == "synthetic" for r in records) and len(groups) == 1):
+            breakdown[key] = {
+                g: _aggregate([records[i] for i in idx], [scores[i] for i in idx], settings, with_ci=False)
+                for g, idx in sorted(groups.items(), key=lambda kv: _sort_key(kv[0]))}
+    out["breakdown"] = breakdown
+    return out
+
+
+def _sort_key(v: str):
+    try:
+        return (0, float(v), v)
+    except ValueError:
+        return (1, 0.0, v)
+
+
+# --------------------------------------------------------------------------- records on disk
+
+
+def write_records(path: str | Path, records: Iterable[dict]) -> Path:
+    """One JSON object per line (written to a temporary name, then renamed)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        for rec in records:
+            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def read_records(path: str | Path) -> list[dict]:
+    """Read a ``samples.jsonl`` written by :func:`write_records`."""
+    path = Path(path)
+    out = []
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+    return out
+
+
+def regrade_records(records: list[dict], settings: EvalSettings, grader=None) -> list[dict]:
+    """Grade saved records again (e.g. after a verifier fix) without generating."""
+    for rec in records:
+        for row in rec["samples"] + ([rec["greedy"]] if "greedy" in rec else []):
+            for key in ("extracted", "correct", "reason"):
+                row.pop(key, None)
+    return grade_records(records, settings, grader)
+
+
+# --------------------------------------------------------------------------- one benchmark
+
+
+@dataclass
+class BenchmarkResult:
+    """What :func:`evaluate_benchmark` returns."""
+
+    name: str
+    summary: dict[str, Any]
+    records: list[dict] = field(repr=False)
+    seconds: float = 0.0
+
+
+def evaluate_benchmark(engine, problems: Sequence, settings: EvalSettings, *, name: str,
+                       out_dir: str | Path | None = None, grader=None, log: Log = _stderr) -> BenchmarkResult:
+    """Generate, grade and summarise one benchmark; write ``<out_dir>/<name>/samples.jsonl``."""
+    if not problems:
+        raise ValueError(f"benchmark {name!r} has no problems to evaluate")
+    t0 = time.time()
+    records = generate_records(engine, problems, settings, name=name, log=log)
+    t_gen = time.time() - t0
+    grade_records(records, settings, grader)
+    summary = summarize(records, settings, name=name)
+    summary["seconds"] = {"generate": round(t_gen, 2), "total": round(time.time() - t0, 2)}
+    if out_dir is not None:
+        write_records(Path(out_dir) / name / "samples.jsonl", records)
+    return BenchmarkResult(name=name, summary=summary, records=records, seconds=time.time() - t0)

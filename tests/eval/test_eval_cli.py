@@ -1,0 +1,149 @@
+"""`mathrl eval` end to end with a tiny model and the real engine, verifier and data files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mathrl.cli import main as mathrl_main
+from mathrl.config import ConfigError, load_config
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory, embedded_model_path):
+    from mathrl.models import load_tokenizer
+    from mathrl.models.tiny import save_tiny_model
+
+    d = tmp_path_factory.mktemp("tiny") / "model"
+    save_tiny_model(d, load_tokenizer(str(embedded_model_path)), seed=0)
+    return d
+
+
+def test_gsm8k_20_problems_end_to_end(tiny_dir, shared_data, tmp_path, capsys):
+    out = tmp_path / "run"
+    rc = mathrl_main(["eval", "--model", str(tiny_dir), "--benchmarks", "gsm8k", "--data-dir", str(shared_data),
+                      "--limit", "20", "--n", "4", "--max-tokens", "6", "--backend", "hf", "--out", str(out)])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "gsm8k" in printed and "pass@4" in printed and "maj@4" in printed
+    summary = json.loads((out / "summary.json").read_text())
+    g = summary["benchmarks"]["gsm8k"]
+    assert g["problems"] == 20 and g["samples"] == 80
+    assert set(g["metrics"]) == {"greedy", "pass@1", "pass@2", "pass@4", "maj@2", "maj@4"}
+    assert summary["settings"]["ks"] == [1, 2, 4]  # --n without --k: powers of two up to n
+    # 6 tokens of a random model: every sample is cut at the limit
+    assert g["truncation_rate"] == 1.0 and g["mean_length"] == 6.0
+    for name in ("report.md", "pass_at_k.png", "maj_at_k.png"):
+        assert (out / name).stat().st_size > 0, name
+    recs = [json.loads(line) for line in (out / "gsm8k" / "samples.jsonl").read_text().splitlines()]
+    assert len(recs) == 20 and recs[0]["id"] == "gsm8k/test/0"
+    assert recs[0]["gold"] == "18"  # GSM8K test row 0: Janet's ducks
+    s0 = recs[0]["samples"][0]
+    assert {"text", "extracted", "correct", "reason", "finish_reason", "tokens"} <= set(s0)
+    assert "greedy" in recs[0] and len(recs[0]["answer_class"]) == 4
+    assert "| gsm8k | 20 |" in (out / "report.md").read_text()
+
+    # comparing a run with itself: paired differences are exactly 0
+    rc = mathrl_main(["eval", "--compare", str(out), str(out), "--out", str(tmp_path / "cmp")])
+    assert rc == 0
+    cmp = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    row = cmp["benchmarks"]["gsm8k"]["metrics"]["pass@1"]
+    assert row["paired"] and row["diff"] == 0 and row["diff_ci"] == [0, 0]
+    assert (tmp_path / "cmp" / "compare.png").stat().st_size > 0
+
+
+def test_config_mode_uses_heldout_synthetic_set_and_series(tiny_dir, tmp_path, capsys):
+    # a training-run-like folder with two checkpoints holding the tiny model
+    import shutil
+
+    run = tmp_path / "train_run"
+    for step in (1, 2):
+        shutil.copytree(tiny_dir, run / "checkpoints" / f"step_{step:06d}" / "policy")
+    (run / "checkpoints" / ".tmp-step_000003").mkdir()  # incomplete: ignored
+    out = tmp_path / "series"
+    rc = mathrl_main(["eval", "--config", str(REPO / "configs" / "demo.yaml"), f"model.name={tiny_dir}",
+                      "rollout.backend=hf", "--limit", "2", "--n", "2", "--max-tokens", "3", "--no-greedy",
+                      "--series", str(run), "--out", str(out)])
+    assert rc == 0
+    series = json.loads((out / "series.json").read_text())
+    assert [p["step"] for p in series["points"]] == [0, 1, 2]
+    assert all(set(p["benchmarks"]) == {"synthetic"} for p in series["points"])
+    assert (out / "series.png").stat().st_size > 0
+    sub = json.loads((out / "step_000001" / "summary.json").read_text())
+    assert sub["benchmarks"]["synthetic"]["problems"] == 2 and "greedy" not in sub["benchmarks"]["synthetic"]["metrics"]
+    ids = [json.loads(line)["id"] for line in (out / "step_000001" / "synthetic" / "samples.jsonl").open()]
+    assert all(i.startswith("synthetic/test/") for i in ids)
+
+
+def test_heldout_set_of_demo_config_is_disjoint_from_training():
+    from mathrl.data.synthetic import generate
+    from mathrl.eval.benchmarks import heldout_problems
+
+    cfg = load_config(REPO / "configs" / "demo.yaml")
+    name, problems = heldout_problems(cfg)
+    assert name == "synthetic" and len(problems) == cfg.data.eval_limit
+    train = {p.question for p in generate(cfg.data.synthetic_size, cfg.data.synthetic_level, cfg.train.seed)}
+    assert not any(p.question in train for p in problems)  # a separate stream, not a slice of training data
+    assert all(p.meta["level"] == cfg.data.synthetic_level for p in problems)
+    assert all(p.id.startswith("synthetic/test/") for p in problems)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--benchmarks", "gsm9k"], "unknown benchmark 'gsm9k'"),
+    (["--n", "4", "--k", "1,8"], "eval.k"),
+    (["--benchmarks", "gsm8k", "--data-dir", "/nonexistent"], "does not exist"),
+    (["--temperature", "-1"], "eval.temperature"),
+    (["--suite", "no_such_suite"], "no such suite"),
+    (["--compare", "/nonexistent_a", "/nonexistent_b"], "no summary.json"),
+    (["--benchmarks", "gsm8k", "--suite", "smoke"], "either --benchmarks or --suite"),
+    (["eval.nn=3"], "unknown key 'eval.nn'"),
+])
+def test_bad_options_are_one_line_errors(argv, needle, capsys):
+    rc = mathrl_main(["eval", *argv])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2
+    assert needle in err and len(err.splitlines()) == 1, err
+
+
+def test_suites_load(tmp_path):
+    from mathrl.eval.benchmarks import SUITE_DIR, load_suite
+
+    names = sorted(p.stem for p in SUITE_DIR.glob("*.yaml"))
+    assert {"smoke", "embedded", "standard"} <= set(names)
+    for n in names:
+        suite = load_suite(n)
+        assert suite["benchmarks"] and all(1 <= k <= suite["n"] for k in suite["k"])
+    emb = load_suite("embedded")
+    lvl = [s for s in emb["benchmarks"] if s.name == "math500_level1"][0]
+    assert lvl.benchmark.name == "math500" and lvl.where == {"level": 1}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("benchmarks: [gsm8k]\nsamples: 3\n")
+    with pytest.raises(ConfigError, match="unknown key"):
+        load_suite(str(bad))
+
+
+def test_math500_level_filter(shared_data):
+    from mathrl.eval.benchmarks import load_suite, load_benchmark
+
+    spec = [s for s in load_suite("embedded")["benchmarks"] if s.name == "math500_level1"][0]
+    problems = load_benchmark(spec, shared_data)
+    assert len(problems) == 43  # MATH-500 has 43 level-1 problems
+    assert all(p.meta["level"] == 1 for p in problems)
+
+
+@pytest.mark.parametrize("argv,n,ks", [
+    (["--suite", "embedded", "--n", "4"], 4, [1, 2, 4]),       # suite k (1,4,8) no longer fits: powers of 2
+    (["--suite", "standard"], 16, [1, 4, 16]),
+    (["--suite", "standard", "--n", "32"], 32, [1, 4, 16]),    # suite k still fits: kept
+    (["--n", "16", "--k", "1,16"], 16, [1, 16]),
+    (["--config", str(REPO / "configs" / "demo.yaml")], 8, [1, 4, 8]),
+])
+def test_sampling_settings_resolution(argv, n, ks):
+    from mathrl.eval.cli import build_parser, resolve
+
+    cfg, _ = resolve(build_parser().parse_args(argv))
+    assert cfg.eval.n == n and cfg.eval.k == ks
