@@ -1,8 +1,9 @@
 """Measure a model's pass@k on each synthetic level, to choose the default level (issue 2).
 
 RL needs a signal: the default level is one where pass@8 is neither near 0 nor
-near 1. Prints one row per level: greedy accuracy, pass@1, pass@8, the share of
-samples with a \\boxed{} answer, mean length.
+near 1. Prints one row per level: greedy accuracy (and greedy correct inside
+\\boxed{}), pass@1, pass@n, maj@n, the share of samples with a \\boxed{} answer,
+mean length.
 
     OMP_NUM_THREADS=2 .venv/bin/python scripts/calibrate_synthetic.py --levels 1,2,3,4 --problems 24
 """
@@ -40,8 +41,8 @@ def main() -> None:
     engine = make_engine("hf", path, tokenizer=tok)
     print(f"model {args.model}, template {args.template}, {args.problems} problems x n={args.n}, "
           f"T={args.temperature}, max {args.max_tokens} tokens, {os.environ['OMP_NUM_THREADS']} threads")
-    print("| level | greedy acc | pass@1 | pass@8 | answer found | mean length | seconds |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"| level | greedy acc | greedy boxed | pass@1 | pass@{args.n} | maj@{args.n} | boxed rate | mean length | seconds |")
+    print("|---|---|---|---|---|---|---|---|---|")
     from mathrl.data import load_problems
 
     for level in [int(x) for x in args.levels.split(",")]:
@@ -50,9 +51,10 @@ def main() -> None:
                                  f"eval.max_tokens={args.max_tokens}"])
         problems = load_problems("synthetic", None, "test", n=args.problems, level=level, seed=123)
         t0 = time.time()
-        res = evaluate(engine, problems, tok, cfg, seed=1)
-        print(f"| {level} | {res['greedy_acc']:.3f} | {res['pass@1']:.3f} | {res[f'pass@{args.n}']:.3f} | "
-              f"{res['boxed_rate']:.3f} | {res['length_mean']:.1f} | {time.time() - t0:.0f} |", flush=True)
+        res = evaluate(engine, problems, cfg)
+        print(f"| {level} | {res['greedy']:.3f} | {res['greedy_boxed']:.3f} | {res['pass@1']:.3f} | "
+              f"{res[f'pass@{args.n}']:.3f} | {res[f'maj@{args.n}']:.3f} | {res['boxed_rate']:.3f} | "
+              f"{res['length_mean']:.1f} | {time.time() - t0:.0f} |", flush=True)
     engine.close()
 
 

@@ -65,21 +65,6 @@ def load_training_problems(cfg: Config):
     return problems
 
 
-def load_eval_problems(cfg: Config):
-    """Held-out problems: data.eval_source, or a synthetic test draw for the synthetic task."""
-    from mathrl.data import load_problems
-
-    d = cfg.data
-    if d.eval_source is None and d.source != "synthetic":
-        return []
-    source = d.eval_source or "synthetic"
-    opts: dict[str, Any] = {}
-    if source == "synthetic":
-        opts = {"n": d.eval_limit, "level": d.synthetic_level, "seed": cfg.train.seed}
-        return load_problems("synthetic", None, "test", **opts)
-    return load_problems(source, d.eval_path, "test", limit=d.eval_limit, skip_bad_rows=d.skip_bad_rows)
-
-
 def step_indices(num_problems: int, step: int, batch: int, seed: int) -> list[int]:
     """Problem indices of ``step``: consecutive slices of per-epoch seeded permutations."""
     out = []
@@ -102,39 +87,25 @@ def stop_strings(cfg: Config) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*cfg.rollout.stop, *get_template(cfg.data.template).stop]))
 
 
-def evaluate(rollout, problems, tokenizer, cfg: Config, *, seed: int) -> dict[str, float]:
-    """Greedy accuracy and sampled pass@k / mean accuracy on held-out problems."""
-    from mathrl.data import render_prompt
-    from mathrl.eval.metrics import mean_pass_at_k
-    from mathrl.reward import grade_batch
-    from mathrl.rollout import SamplingConfig
+def evaluate(rollout, problems, cfg: Config, *, out_dir: Path | None = None) -> dict[str, float]:
+    """Held-out evaluation with the evaluation stage's runner (:mod:`mathrl.eval.runner`): greedy
+    accuracy, pass@k and maj@k over ``eval.n`` samples, plus the format metrics of the demo.
 
-    if not problems:
-        return {}
-    prompts = [render_prompt(p, tokenizer, cfg.data.template) for p in problems]
-    golds = [p.gold for p in problems]
-    out: dict[str, float] = {}
-    e = cfg.eval
-    stop = stop_strings(cfg)
-    if e.greedy:
-        greedy = rollout.generate(prompts, 1, SamplingConfig(temperature=0.0, max_tokens=e.max_tokens,
-                                                             stop=stop, seed=seed))
-        grades = grade_batch(greedy.response_text, golds, timeout=cfg.reward.timeout, workers=cfg.reward.workers,
-                             truncated=[r == "length" for r in greedy.finish_reason])
-        out["greedy_acc"] = sum(g.correct for g in grades) / len(grades)
-        # strict: correct AND the final answer is in \boxed{} (the format the prompt asks for)
-        out["greedy_boxed_acc"] = sum(g.correct and "\\boxed" in t for g, t in zip(grades, greedy.response_text)) \
-            / len(grades)
-    sampled = rollout.generate(prompts, e.n, SamplingConfig(temperature=e.temperature, top_p=e.top_p,
-                                                           max_tokens=e.max_tokens, stop=stop, seed=seed + 1))
-    grades = grade_batch(sampled.response_text, [g for g in golds for _ in range(e.n)], timeout=cfg.reward.timeout,
-                         workers=cfg.reward.workers, truncated=[r == "length" for r in sampled.finish_reason])
-    correct = [sum(grades[i * e.n + j].correct for j in range(e.n)) for i in range(len(problems))]
-    for k in e.k:
-        out[f"pass@{k}"] = mean_pass_at_k([e.n] * len(problems), correct, k)
-    out["answer_rate"] = sum(g.extracted is not None for g in grades) / len(grades)
-    out["boxed_rate"] = sum("\\boxed" in t for t in sampled.response_text) / len(grades)
-    out["length_mean"] = float(sampled.response_mask.sum(1).float().mean())
+    ``greedy_boxed`` is the strict score: greedy answer correct *and* written in ``\\boxed{}``.
+    Per-sample records go to ``out_dir/heldout/samples.jsonl`` when ``out_dir`` is given.
+    """
+    from mathrl.eval.runner import EvalSettings, evaluate_benchmark
+
+    settings = EvalSettings.from_config(cfg)
+    res = evaluate_benchmark(rollout, problems, settings, name="heldout", out_dir=out_dir, log=lambda _m: None)
+    out = {k: float(v["value"]) for k, v in res.summary["metrics"].items()}
+    samples = [s for r in res.records for s in r["samples"]]
+    out["boxed_rate"] = sum("\\boxed" in s["text"] for s in samples) / len(samples)
+    if settings.greedy:
+        out["greedy_boxed"] = sum(bool(r["greedy"].get("correct")) and "\\boxed" in r["greedy"]["text"]
+                                  for r in res.records) / len(res.records)
+    out["length_mean"] = float(res.summary["mean_length"])
+    out["truncation_rate"] = float(res.summary["truncation_rate"])
     return out
 
 
@@ -568,7 +539,11 @@ def run(cfg: Config, *, loss_sign: float = 1.0, reward_fn=None, problems=None) -
         ckpt.clean_temporaries(out)
     custom_task = problems is not None
     problems = problems if custom_task else load_training_problems(cfg)
-    eval_problems = load_eval_problems(cfg) if dist.is_main and not custom_task else []
+    eval_problems: list = []
+    if dist.is_main and not custom_task:
+        from mathrl.eval.benchmarks import heldout_problems
+
+        eval_problems = heldout_problems(cfg)[1]
     models = build_models(cfg, dist, cfg.train.steps)
     state = State()
     try:
@@ -588,7 +563,7 @@ def run(cfg: Config, *, loss_sign: float = 1.0, reward_fn=None, problems=None) -
         sync_weights(rollout, models.policy)
         before = {}
         if dist.is_main and eval_problems and state.step == 0:
-            before = evaluate(rollout, eval_problems, models.tokenizer, cfg, seed=cfg.train.seed + 17)
+            before = evaluate(rollout, eval_problems, cfg, out_dir=out / "eval" / "step_000000")
             logger.log(0, before, event="eval")
         while state.step < cfg.train.steps:
             metrics = train_step(cfg, dist, models, rollout, problems, state, loss_sign=loss_sign,
@@ -604,12 +579,12 @@ def run(cfg: Config, *, loss_sign: float = 1.0, reward_fn=None, problems=None) -
             if cfg.train.save_every and state.step % cfg.train.save_every == 0:
                 save_checkpoint(cfg, dist, models, state)
             if dist.is_main and cfg.eval.every and state.step % cfg.eval.every == 0 and eval_problems:
-                logger.log(state.step, evaluate(rollout, eval_problems, models.tokenizer, cfg,
-                                                seed=cfg.train.seed + 17), event="eval")
+                logger.log(state.step, evaluate(rollout, eval_problems, cfg,
+                                                out_dir=out / "eval" / ckpt.step_dirname(state.step)), event="eval")
         if not ckpt.list_checkpoints(out) or ckpt.list_checkpoints(out)[-1][0] != state.step:
             save_checkpoint(cfg, dist, models, state)
         if dist.is_main:
-            after = evaluate(rollout, eval_problems, models.tokenizer, cfg, seed=cfg.train.seed + 17) \
+            after = evaluate(rollout, eval_problems, cfg, out_dir=out / "eval" / ckpt.step_dirname(state.step)) \
                 if eval_problems else {}
             if after:
                 logger.log(state.step, after, event="eval")
