@@ -32,7 +32,7 @@ vllm-env:
 	bash scripts/setup_vllm_env.sh
 
 demo: venv
-	OMP_NUM_THREADS=$(THREADS) $(VENV)/bin/mathrl eval --config configs/demo.yaml --out runs/demo-eval
+	OMP_NUM_THREADS=$(THREADS) $(VENV)/bin/mathrl train configs/demo.yaml
 
 test: venv vllm-env
 	@start=$$(date +%s); \
