@@ -21,6 +21,10 @@ and reruns the post-load processing, so the linear kernels see the new weights. 
 fixed here by `_refresh_cpu_embedding_gemm`: the LM-head GEMM handle built from the (tied)
 embedding. After the reload the prefix cache is reset: cached prompt KV was computed with the old
 weights. The whole path is checked by tests/rollout/test_vllm.py::test_vllm_weight_sync.
+
+Seeds: on CPU the engine runs without chunked prefill, because vLLM-CPU crashes ("CPU Generator
+does not use offset") when a seeded request's prefill is chunked; see
+`VLLMCore.seeded_sampling_safe` for the root cause and why per-request seeds are kept.
 """
 
 from __future__ import annotations
@@ -82,16 +86,65 @@ class VLLMCore:
                                   enable_prefix_caching=enable_prefix_caching,
                                   logprobs_mode="processed_logprobs", max_logprobs=1)
         kw.update(engine_kwargs or {})
+        from vllm.platforms import current_platform
+
+        self.on_cpu = bool(current_platform.is_cpu())
+        if self.on_cpu:
+            kw.setdefault("enable_chunked_prefill", False)  # see `seeded_sampling_safe`
         t0 = time.perf_counter()
         self.llm = LLM(**kw)
         self.startup_s = time.perf_counter() - t0
+        sched = getattr(getattr(self.llm.llm_engine, "vllm_config", None), "scheduler_config", None)
+        self.chunked_prefill = bool(getattr(sched, "enable_chunked_prefill", False))
+        self.max_num_batched_tokens = getattr(sched, "max_num_batched_tokens", None)
         self._inproc = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
         self.sleeping = False
 
     # ---- sampling -------------------------------------------------------------------------------
+    @property
+    def seeded_sampling_safe(self) -> bool:
+        """Whether requests with ``SamplingParams(seed=...)`` can run on this engine.
+
+        Root cause of ``RuntimeError: CPU Generator does not use offset`` (vLLM-CPU 0.32.0,
+        ``GPUModelRunner._bookkeeping_sync``): a request with a seed gets its own
+        ``torch.Generator(device=<runner device>)``; every engine step draws one row of
+        exponential noise from it in ``random_sample``. When chunked prefill splits a prompt
+        over several steps (the prompt tokens scheduled in one step exceed the token budget
+        ``max_num_batched_tokens``, 4096 on vLLM-CPU 0.32: one long prompt, or many uncached
+        prompts x n samples in one call), the token sampled at the end of a partial prefill is
+        discarded, and vLLM rewinds the request's generator with
+        ``gen.set_offset(gen.get_offset() - 4)`` so that the discarded draw does not shift the
+        request's random stream. That rewind is Philox-specific (CUDA); a CPU
+        generator is a Mersenne Twister without an offset, so it raises. Temperature and top-p
+        are irrelevant: greedy requests have no generator, and any seeded request whose prefill
+        is chunked crashes (the trainer's calls only worked because their prompts fit in one
+        step).
+
+        The fix chosen here: on CPU, the engine runs with ``enable_chunked_prefill=False`` (vLLM
+        then raises ``max_num_batched_tokens`` to at least ``max_model_len``), so a prefill is
+        never split, no sampled token is ever discarded, and the rewind is never needed. This
+        keeps vLLM's per-request seeds, which give the strongest reproducibility: sample ``j``
+        of a prompt depends only on ``seed + j``, the prompt and the weights -- not on the batch
+        composition, the schedule or the prefix-cache state (tested by
+        tests/rollout/test_vllm.py::test_vllm_seeded_long_prompt_after_greedy). The rejected
+        alternative, one engine-wide seed re-applied before each call without per-request
+        seeds, draws all requests' noise from one global stream, so the same call gives other
+        samples as soon as the schedule changes (e.g. the second time, when its prompts hit the
+        prefix cache). On GPU nothing changes (Philox generators support the rewind).
+        A user who forces ``engine_kwargs.enable_chunked_prefill=True`` on CPU can still sample
+        without a seed; seeded calls are refused with a clear error instead of crashing.
+        """
+        return not (self.on_cpu and self.chunked_prefill)
+
     def _params(self, n: int, s: dict, **extra):
         from vllm import SamplingParams
 
+        if s.get("seed") is not None and float(s["temperature"]) > 0 and not self.seeded_sampling_safe:
+            raise ValueError(
+                f"vllm backend: sampling.seed={s['seed']} on a CPU vLLM engine started with "
+                "engine_kwargs={'enable_chunked_prefill': True}: vLLM cannot rewind a CPU per-request generator "
+                "after a chunked prefill ('CPU Generator does not use offset'); drop enable_chunked_prefill from "
+                "engine_kwargs (mathrl disables it on CPU) or sample with seed=None")
         top_k = s.get("top_k", 0)
         return SamplingParams(
             n=n, temperature=float(s["temperature"]), top_p=float(s["top_p"]),
@@ -141,7 +194,10 @@ class VLLMCore:
                              "(temperature 1); score at temperature 1")
         from vllm import SamplingParams
 
-        params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, logprobs=0, seed=0)
+        # the one sampled token is thrown away; its seed only keeps the global RNG untouched, and is
+        # dropped where vLLM could not rewind it (see `seeded_sampling_safe`)
+        params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, logprobs=0,
+                                seed=0 if self.seeded_sampling_safe else None)
         outs = self.llm.generate([{"prompt_token_ids": list(p) + list(r)} for p, r in zip(prompt_ids, response_ids)],
                                  params, use_tqdm=False)
         res = []
@@ -202,7 +258,8 @@ class VLLMCore:
         import vllm
 
         return {"vllm_version": vllm_version(), "torch_version": torch.__version__,
-                "vllm_file": vllm.__file__, "startup_s": self.startup_s}
+                "vllm_file": vllm.__file__, "startup_s": self.startup_s, "on_cpu": self.on_cpu,
+                "chunked_prefill": self.chunked_prefill, "max_num_batched_tokens": self.max_num_batched_tokens}
 
     def close(self) -> None:
         llm = getattr(self, "llm", None)

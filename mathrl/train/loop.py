@@ -22,6 +22,7 @@ LR scheduler and the step counter.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -136,7 +137,10 @@ def _seed_all(seed: int) -> None:
 
 
 def _sampling_seed(cfg: Config, step: int, rank: int) -> int:
-    return (cfg.train.seed * 1_000_003 + step * 1009 + rank) % (2**31)
+    """A seed per (run seed, step, rank), hashed so that no two share vLLM's per-sample seed streams
+    (vLLM seeds sample j of a call with seed + j, so nearby seeds would reuse noise)."""
+    digest = hashlib.sha256(f"mathrl/{cfg.train.seed}/{step}/{rank}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 
 def build_models(cfg: Config, dist: DistInfo, total_steps: int) -> Models:

