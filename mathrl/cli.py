@@ -17,6 +17,7 @@ USAGE = """mathrl <command> [options]
 commands:
   train    run RL (GRPO / PPO) from a YAML recipe plus key=value overrides
   eval     evaluate a model on benchmarks (pass@k, maj@k, greedy accuracy)
+  ablate   run an ablation study (RFT, online RFT, GRPO, PPO, variants) and write its report
   verify   grade a response against a gold answer, or a JSONL file of cases
   data     inspect problem sources (show rows, statistics)
 
@@ -71,6 +72,12 @@ def cmd_eval(argv: list[str]) -> int:
     return eval_main(argv)
 
 
+def cmd_ablate(argv: list[str]) -> int:
+    from mathrl.ablate.cli import main as ablate_main
+
+    return ablate_main(argv)
+
+
 def cmd_verify(argv: list[str]) -> int:
     from mathrl.reward.cli import main as verify_main
 
@@ -83,7 +90,7 @@ def cmd_data(argv: list[str]) -> int:
     return data_main(argv)
 
 
-COMMANDS = {"train": cmd_train, "eval": cmd_eval, "verify": cmd_verify, "data": cmd_data}
+COMMANDS = {"train": cmd_train, "eval": cmd_eval, "ablate": cmd_ablate, "verify": cmd_verify, "data": cmd_data}
 
 
 def main(argv: list[str] | None = None) -> int:

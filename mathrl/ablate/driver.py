@@ -1,0 +1,327 @@
+"""Run a study: baseline evaluation, each run (train, evaluate), resume, launcher commands, the report.
+
+Study folder layout::
+
+    <out>/plan.json                    the expanded runs (name, method, overrides)
+    <out>/baseline-<key>/              evaluation of the initial model ("before"), shared by the runs
+                                       with the same model, held-out set and evaluation settings
+    <out>/<run>/                       the training run folder (config.yaml, metrics.jsonl, checkpoints/)
+    <out>/<run>/eval/step_<N>/         evaluation of the checkpoint of step N (the last one = "after")
+    <out>/<run>/trained.json           training finished (wall time, tokens)
+    <out>/<run>/DONE.json              completion marker, written last: the run is not redone
+    <out>/report.md, report.json       the table
+    <out>/accuracy_curve.png           accuracy over training steps, per run
+    <out>/maj_pass_at_k.png            Maj@K and Pass@K vs K before and after (DeepSeekMath Fig. 7 form)
+
+Resume: a run with ``DONE.json`` is skipped; one with ``trained.json`` only is evaluated again; any
+other existing run folder is a stopped run and is deleted and redone from step 0. Evaluation settings
+come from each run's ``eval.*`` (K = powers of two up to ``eval.n``, plus ``eval.k``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from mathrl.ablate.methods import Task, run_method
+from mathrl.ablate.study import RunSpec, Study, base_config, load_study, run_config
+from mathrl.config import Config
+
+__all__ = ["run_study", "print_commands", "eval_settings", "DONE", "TRAINED"]
+
+DONE = "DONE.json"
+TRAINED = "trained.json"
+Log = Callable[[str], None]
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _is_main() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def _barrier() -> None:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()
+    except ImportError:  # pragma: no cover
+        pass
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
+    tmp.replace(path)
+
+
+def _powers_up_to(n: int) -> list[int]:
+    ks = [1]
+    while ks[-1] * 2 <= n:
+        ks.append(ks[-1] * 2)
+    if ks[-1] != n:
+        ks.append(n)
+    return ks
+
+
+def eval_settings(cfg: Config):
+    """The evaluation settings of a run: the config's, with K = powers of two up to eval.n (plus eval.k)."""
+    from mathrl.eval.cli import settings_from_config
+
+    s = settings_from_config(cfg)
+    ks = tuple(sorted(set(_powers_up_to(cfg.eval.n)) | set(cfg.eval.k)))
+    return dataclasses.replace(s, ks=ks)
+
+
+def _eval_problems(cfg: Config, task: Task) -> tuple[str, list]:
+    if task.eval_problems is not None:
+        return task.eval_name, list(task.eval_problems)
+    from mathrl.eval.benchmarks import heldout_problems
+
+    return heldout_problems(cfg)
+
+
+def baseline_key(cfg: Config, eval_name: str, problems: list) -> str:
+    """Identity of a "before" evaluation: model, held-out problems, evaluation settings, backend."""
+    blob = json.dumps({"model": cfg.model.name, "dtype": cfg.model.dtype, "set": eval_name,
+                       "problems": [(p.id, p.question, p.gold) for p in problems],
+                       "settings": eval_settings(cfg).to_dict(), "backend": cfg.rollout.backend}, sort_keys=True)
+    return hashlib.sha1(blob.encode()).hexdigest()[:10]
+
+
+def evaluate_at(cfg: Config, model_spec: str, out_dir: Path, task: Task, *, log: Log = _log,
+                extra: dict | None = None) -> dict:
+    """Evaluate ``model_spec`` on the run's held-out set; write ``summary.json`` and ``report.md``."""
+    from mathrl.eval.cli import make_eval_engine
+    from mathrl.eval.report import markdown_report, write_summary
+    from mathrl.eval.runner import evaluate_benchmark
+
+    name, problems = _eval_problems(cfg, task)
+    settings = eval_settings(cfg)
+    t0 = time.time()
+    engine = make_eval_engine(cfg, model_spec)
+    try:
+        res = evaluate_benchmark(engine, problems, settings, name=name, out_dir=out_dir, grader=task.grader, log=log)
+    finally:
+        engine.close()
+    summary = {"model": str(model_spec), "backend": type(engine).__name__, "settings": settings.to_dict(),
+               "benchmarks": {name: res.summary}, "seconds": round(time.time() - t0, 2), **(extra or {})}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_summary(out_dir, summary)
+    (out_dir / "report.md").write_text(markdown_report(summary))
+    return summary
+
+
+def _metric_values(summary: dict) -> dict[str, float]:
+    (b,) = summary["benchmarks"].values()
+    out = {k: float(v["value"]) for k, v in b["metrics"].items()}
+    out["mean_length"] = float(b["mean_length"])
+    return out
+
+
+def _baseline(study: Study, cfg: Config, task: Task, log: Log) -> tuple[str, dict]:
+    name, problems = _eval_problems(cfg, task)
+    key = baseline_key(cfg, name, problems)
+    folder = study.out / f"baseline-{key}"
+    if (folder / "summary.json").is_file():
+        summary = json.loads((folder / "summary.json").read_text())
+    else:
+        log(f"[ablate] baseline: evaluating the initial model {cfg.model.name} -> {folder}")
+        summary = evaluate_at(cfg, cfg.model.name, folder, task, log=log, extra={"step": 0})
+    return key, summary
+
+
+def _read_metrics(run_dir: Path) -> list[dict]:
+    from mathrl.train.metrics import read_metrics
+
+    p = run_dir / "metrics.jsonl"
+    return read_metrics(p) if p.is_file() else []
+
+
+def _tokens(records: list[dict]) -> float:
+    return float(sum(r.get("tokens", 0.0) or 0.0 for r in records
+                     if r.get("event") in (None, "rft_sampling") and isinstance(r.get("tokens", 0.0), (int, float))))
+
+
+def _free_memory() -> None:
+    gc.collect()
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except ImportError:  # pragma: no cover
+        pass
+
+
+def run_one(study: Study, run: RunSpec, task: Task, *, log: Log = _log) -> dict:
+    """Train and evaluate one run (resuming at run granularity); returns its DONE record."""
+    from mathrl.eval.series import find_checkpoints
+
+    cfg = run_config(study, run)
+    run_dir = Path(cfg.train.output_dir)
+    done = run_dir / DONE
+    if done.is_file():
+        rec = json.loads(done.read_text())
+        log(f"[ablate] {run.name}: complete ({done}); skipped")
+        if rec.get("config") not in (None, json.loads(json.dumps(cfg.to_dict(), default=str))):
+            log(f"[ablate] {run.name}: warning: the study now gives this run another config than the one it ran "
+                f"with; delete {run_dir} to redo it")
+        return rec
+    trained_path = run_dir / TRAINED
+    if trained_path.is_file():
+        trained = json.loads(trained_path.read_text())
+        log(f"[ablate] {run.name}: training had finished; evaluating again")
+    else:
+        if run_dir.exists() and _is_main():
+            log(f"[ablate] {run.name}: {run_dir} holds a stopped run; redoing it from step 0")
+            shutil.rmtree(run_dir)
+        _barrier()
+        log(f"[ablate] {run.name}: training ({run.method}, {cfg.train.steps} steps) -> {run_dir}")
+        t0 = time.time()
+        run_method(run.method, cfg, rft_opts=run.rft, task=task)
+        wall = time.time() - t0
+        _free_memory()
+        trained = {"wall_train_s": round(wall, 2), "tokens": _tokens(_read_metrics(run_dir))}
+        if _is_main():
+            _write_json(trained_path, trained)
+    record: dict[str, Any] = {}
+    if _is_main():
+        key, before = _baseline(study, cfg, task, log)
+        t0 = time.time()
+        curve = [{"step": 0, **_metric_values(before)}]
+        ckpts = find_checkpoints(run_dir)
+        if not ckpts:
+            raise RuntimeError(f"{run_dir}: training finished without a checkpoint")
+        final_step = ckpts[-1][0]
+        after = before if final_step == 0 else None  # train.steps = 0: the initial model is the result
+        for step, model in ckpts:
+            if step == 0 or (step != final_step and not study.curve_every):
+                continue
+            sub = run_dir / "eval" / f"step_{step:06d}"
+            log(f"[ablate] {run.name}: evaluating step {step} ({model})")
+            summary = evaluate_at(cfg, str(model), sub, task, log=log, extra={"step": step})
+            curve.append({"step": step, **_metric_values(summary)})
+            if step == final_step:
+                after = summary
+        record = {"name": run.name, "method": run.method, "overrides": {k: v for k, v in run.override_dict().items()},
+                  "rft": run.rft, "steps": cfg.train.steps, "final_step": final_step, "baseline": key,
+                  "before": _metric_values(before), "after": _metric_values(after), "curve": curve,
+                  "wall_train_s": trained["wall_train_s"], "wall_eval_s": round(time.time() - t0, 2),
+                  "tokens": trained["tokens"], "eval_problems": next(iter(after["benchmarks"].values()))["problems"],
+                  "eval_settings": after["settings"], "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                  "config": json.loads(json.dumps(cfg.to_dict(), default=str))}
+        _write_json(done, record)
+        log(f"[ablate] {run.name}: done (train {trained['wall_train_s']:.0f} s, eval {record['wall_eval_s']:.0f} s)")
+    _barrier()
+    return record
+
+
+def commands(study: Study, study_path: str | Path) -> list[str]:
+    """Launcher lines: one per run that is not complete, then the report."""
+    out = shlex.quote(str(study.out))
+    sp = shlex.quote(str(study_path))
+    lines = [f"{study.launcher} {sp} --only {shlex.quote(r.name)} --out {out}"
+             for r in study.runs if not (study.out / r.name / DONE).is_file()]
+    lines.append(f"{study.launcher} {sp} --report-only --out {out}")
+    return lines
+
+
+def print_commands(study_path: str | Path, *, out: str | Path | None = None) -> list[str]:
+    study = load_study(study_path, out)
+    lines = commands(study, study_path)
+    print("\n".join(lines))
+    return lines
+
+
+CHILD_ENV = "MATHRL_ABLATE_WORKER"
+
+
+class AblationError(RuntimeError):
+    """A run of the study failed; the message names the run and how to resume."""
+
+
+def _run_in_worker(study: Study, run: RunSpec, log: Log) -> None:
+    """Run one run in a fresh interpreter (``python -m mathrl.ablate.cli STUDY --only RUN``).
+
+    Each run's models, DeepSpeed engines and rollout engine then live and die with their own
+    process: nothing accumulates over a grid (on CPU, memory; on GPU, memory and fragmentation).
+    """
+    import subprocess
+
+    cmd = [sys.executable, "-m", "mathrl.ablate.cli", str(study.path), "--only", run.name, "--out", str(study.out),
+           "--no-report"]
+    log(f"[ablate] {run.name}: worker process: {' '.join(shlex.quote(c) for c in cmd)}")
+    # a world of one: the worker builds its own process group (a parent's RANK / MASTER_PORT would
+    # point it at this process's rendezvous)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    rc = subprocess.run(cmd, env={**env, CHILD_ENV: "1"}).returncode
+    if rc != 0:
+        raise AblationError(f"run {run.name!r} of {study.path} failed (exit status {rc}); finished runs are kept: "
+                            f"run the same command again to resume (the stopped run restarts from step 0)")
+
+
+def run_study(study_path: str | Path | Study, *, out: str | Path | None = None, only: list[str] | None = None,
+              report_only: bool = False, print_only: bool = False, task: Task | None = None,
+              isolate: bool | None = None, report: bool = True, log: Log = _log) -> dict:
+    """Run (or resume) every run of a study, then write the report; returns the report dict.
+
+    ``study_path``: a study YAML, or a :class:`~mathrl.ablate.study.Study` already loaded (and
+    possibly edited, e.g. by ``scripts/ablate_estimate.py``).
+
+    ``only``: run just these runs (cluster jobs, see ``--print-commands``); the report then covers
+    every run that is complete. ``report_only``: no training, only the report. ``print_only``: print
+    the launcher commands and return. ``task``: custom problems / reward (scripts and tests).
+    ``isolate``: train and evaluate each run in its own worker process (default: yes, unless a
+    ``task`` object is given, which cannot cross processes, or this process is already a worker or
+    one of several launched ranks). ``report = False``: skip the report (worker processes).
+    """
+    from mathrl.ablate.report import write_study_report
+
+    study = study_path if isinstance(study_path, Study) else load_study(study_path, out)
+    if print_only:
+        return {"commands": commands(study, study.path)}
+    task = task or Task()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # launched on several processes: barriers need the group
+        from mathrl.train.engines import init_distributed
+
+        init_distributed()
+    if only:
+        for name in only:
+            study.run(name)  # unknown names are errors
+    if _is_main():
+        study.out.mkdir(parents=True, exist_ok=True)
+        _write_json(study.out / "plan.json", {"study": study.name, "file": str(study.path), "runs": [
+            {"name": r.name, "method": r.method, "overrides": r.override_dict(), "rft": r.rft} for r in study.runs]})
+    if isolate is None:
+        isolate = (task.train_problems is None and task.eval_problems is None and task.reward_fn is None
+                   and task.grader is None and os.environ.get(CHILD_ENV) != "1"
+                   and int(os.environ.get("WORLD_SIZE", "1")) == 1)
+    if not report_only:
+        for r in study.runs:
+            if only and r.name not in only:
+                continue
+            if isolate and not (study.out / r.name / DONE).is_file():
+                _run_in_worker(study, r, log)
+            else:
+                run_one(study, r, task, log=log)
+    data: dict = {}
+    if report and _is_main():
+        data = write_study_report(study, log=log)
+    return data
+
+
+__all__ += ["run_one", "commands", "baseline_key", "evaluate_at", "base_config", "AblationError", "CHILD_ENV"]

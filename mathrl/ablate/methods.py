@@ -1,0 +1,207 @@
+"""The four methods of the DeepSeekMath section 5.2 comparison, on the same trainer.
+
+* ``rft`` -- rejection-sampling fine-tuning: sample G responses per problem from the *initial*
+  policy once (before any update), keep the correct ones (:func:`mathrl.train.sft.rft_filter`),
+  then run ``train.steps`` SFT steps; step ``s`` trains on the kept samples of the problems that
+  step ``s`` of the RL methods sees (same data order, same prompts, same G).
+* ``online_rft`` -- the same, but step ``s`` samples from the *current* policy.
+* ``grpo`` / ``ppo`` -- :func:`mathrl.train.loop.run`.
+
+All four use the trainer's pieces: :func:`~mathrl.train.loop.build_models` (the DeepSpeed engine),
+:func:`~mathrl.train.loop.make_rollout`, the prompt templates, the verifier, the data order
+(:func:`~mathrl.train.loop.step_indices`), the sampling seeds, ``metrics.jsonl`` and the
+checkpoint layout, so only the update rule differs. RFT's update is one SFT step
+(:func:`mathrl.train.sft.sft_train_step`) with the configured learning rate and no KL term.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from mathrl.config import Config, dump_yaml
+
+__all__ = ["Task", "run_method", "run_sft_method", "sample_and_filter"]
+
+
+@dataclass
+class Task:
+    """A custom task for a study (scripts and tests): problems and, optionally, how to score them.
+
+    ``reward_fn(responses, golds, truncated) -> list[float]`` replaces the verifier in training (a
+    response counts as correct for RFT when its reward is > 0); ``grader(responses, golds,
+    truncated) -> list[Grade]`` replaces it in evaluation. ``None`` = the config's data and verifier.
+    """
+
+    train_problems: list | None = None
+    eval_problems: list | None = None
+    eval_name: str = "heldout"
+    reward_fn: Callable | None = None
+    grader: Callable | None = None
+
+
+def sample_and_filter(cfg: Config, dist, models, rollout, problems: list, step: int, *, dedup: bool = True,
+                      max_per_problem: int | None = None, reward_fn=None) -> tuple[dict[str, torch.Tensor],
+                                                                                   dict[str, float]]:
+    """Sample G responses for the problems of ``step`` (this rank's share), grade, keep the correct ones.
+
+    The problems, prompts and sampling seed are exactly those of step ``step`` of
+    :func:`mathrl.train.loop.train_step`. Returns the kept rows' tensors (``prompt_ids``,
+    ``prompt_mask``, ``response_ids``, ``response_mask``) and step statistics.
+    """
+    from mathrl.data import render_prompt
+    from mathrl.reward import grade_batch
+    from mathrl.rollout import SamplingConfig
+    from mathrl.train.loop import _sampling_seed, step_indices, stop_strings
+    from mathrl.train.sft import rft_filter
+
+    t, r = cfg.train, cfg.rollout
+    per_rank = t.batch_size // dist.world_size
+    idx = step_indices(len(problems), step, t.batch_size, t.seed)[dist.rank * per_rank:(dist.rank + 1) * per_rank]
+    batch_problems = [problems[i] for i in idx]
+    prompts = [render_prompt(p, models.tokenizer, cfg.data.template) for p in batch_problems]
+    t0 = time.perf_counter()
+    sampling = SamplingConfig(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_tokens=r.max_tokens,
+                              stop=stop_strings(cfg), seed=_sampling_seed(cfg, step, dist.rank))
+    batch = rollout.generate(prompts, r.n, sampling)
+    t_gen = time.perf_counter() - t0
+    truncated = [f == "length" for f in batch.finish_reason]
+    golds = [p.gold for p in batch_problems for _ in range(r.n)]
+    t0 = time.perf_counter()
+    if reward_fn is None:
+        grades = grade_batch(batch.response_text, golds, timeout=cfg.reward.timeout, workers=cfg.reward.workers,
+                             truncated=truncated)
+        correct = [g.correct for g in grades]
+    else:
+        correct = [float(x) > 0 for x in reward_fn(batch.response_text, golds, truncated)]
+    t_grade = time.perf_counter() - t0
+    kept = rft_filter(batch.group_index.tolist(), batch.response_text, correct, dedup=dedup,
+                      max_per_problem=max_per_problem)
+    rows = torch.tensor(kept, dtype=torch.long)
+    data = {"prompt_ids": batch.prompt_ids[rows], "prompt_mask": batch.prompt_mask[rows],
+            "response_ids": batch.response_ids[rows], "response_mask": batch.response_mask[rows]}
+    mask = batch.response_mask.bool()
+    lengths = mask.sum(1).float()
+    solved = {int(batch.group_index[i]) for i, c in enumerate(correct) if c}
+    stats = {
+        "reward/accuracy": sum(correct) / len(correct),
+        "reward/mean": sum(correct) / len(correct),
+        "reward/solved_problems": len(solved) / max(1, len(batch_problems)),
+        "rft/kept": float(len(kept)),
+        "rft/kept_frac": len(kept) / len(correct),
+        "rft/correct_duplicates": float(sum(correct) - len(kept)),
+        "response/length_mean": float(lengths.mean()),
+        "response/truncated": sum(truncated) / len(truncated),
+        "tokens": float(mask.sum()),
+        "time/generate": t_gen,
+        "time/grade": t_grade,
+    }
+    return data, stats
+
+
+def run_sft_method(cfg: Config, *, online: bool, dedup: bool = True, max_per_problem: int | None = None,
+                   problems: list | None = None, reward_fn=None) -> int:
+    """Offline (``online=False``) or online RFT into ``cfg.train.output_dir``; returns 0.
+
+    Writes ``config.yaml``, ``metrics.jsonl`` (one record per step; offline RFT also an
+    ``rft_sampling`` event with the up-front sampling's statistics) and checkpoints in the trainer's
+    layout (every ``train.save_every`` steps and at the end), so the evaluation of every method reads
+    the same files.
+    """
+    from mathrl.train import checkpoint as ckpt
+    from mathrl.train.engines import device, init_distributed
+    from mathrl.train.loop import (State, _check_batching, build_models, load_training_problems, make_rollout,
+                                   save_checkpoint, sync_weights)
+    from mathrl.train.metrics import MetricsLogger
+    from mathrl.train.sft import sft_train_step
+
+    dist = init_distributed()
+    _check_batching(cfg, dist)
+    out = Path(cfg.train.output_dir)
+    if dist.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.yaml").write_text(dump_yaml(cfg))
+        ckpt.clean_temporaries(out)
+    problems = problems if problems is not None else load_training_problems(cfg)
+    models = build_models(cfg, dist, cfg.train.steps)
+    state = State()
+    logger = MetricsLogger(out, enabled=dist.is_main, tensorboard=cfg.logging.tensorboard, wandb=cfg.logging.wandb,
+                           wandb_project=cfg.logging.wandb_project, config=cfg.to_dict(), resume_step=None,
+                           total_steps=cfg.train.steps, console=cfg.logging.console, log_every=cfg.logging.log_every)
+    rollout = make_rollout(cfg, models)
+    opts: dict[str, Any] = dict(dedup=dedup, max_per_problem=max_per_problem, reward_fn=reward_fn)
+    try:
+        sync_weights(rollout, models.policy)
+        pool: list[tuple[dict, dict]] = []
+        if not online:  # sample once, from the initial policy
+            t0 = time.perf_counter()
+            pool = [sample_and_filter(cfg, dist, models, rollout, problems, s, **opts) for s in range(cfg.train.steps)]
+            n_kept = sum(st["rft/kept"] for _, st in pool)
+            n_all = sum(st["tokens"] for _, st in pool)
+            logger.log(0, {"rft/kept_total": n_kept, "tokens": n_all, "time/sampling": time.perf_counter() - t0,
+                           "reward/accuracy": sum(st["reward/accuracy"] for _, st in pool) / max(1, len(pool))},
+                       event="rft_sampling")
+        while state.step < cfg.train.steps:
+            t_step = time.perf_counter()
+            if online:
+                data, stats = sample_and_filter(cfg, dist, models, rollout, problems, state.step, **opts)
+            else:
+                data, stats = pool[state.step]
+                pool[state.step] = ({}, stats)  # free the tensors
+            t0 = time.perf_counter()
+            sft = sft_train_step(models.policy, data["prompt_ids"], data["prompt_mask"], data["response_ids"],
+                                 data["response_mask"], torch.arange(data["response_ids"].shape[0]),
+                                 token_budget=cfg.train.micro_batch_tokens, device=device(),
+                                 world_size=dist.world_size)
+            stats = dict(stats)
+            stats["time/train"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            sync_weights(rollout, models.policy)
+            stats["time/sync"] = time.perf_counter() - t0
+            stats.update(sft)
+            stats["lr"] = models.policy.get_lr()[0]
+            if not online:
+                for k in ("time/generate", "time/grade", "tokens"):
+                    stats[f"presampled/{k}"] = stats.pop(k)
+                stats["tokens"] = 0.0  # counted once, in the rft_sampling event
+            stats["time/step"] = time.perf_counter() - t_step
+            state.step += 1
+            state.bad_steps = state.bad_steps + 1 if sft["bad_step"] else 0
+            logger.log(state.step, stats)
+            if state.bad_steps >= cfg.train.max_bad_steps:
+                from mathrl.train.loop import TrainingError
+
+                raise TrainingError(f"step {state.step}: {state.bad_steps} consecutive SFT steps had NaN/inf "
+                                    "losses or gradients; lower train.lr")
+            if cfg.train.save_every and state.step % cfg.train.save_every == 0:
+                save_checkpoint(cfg, dist, models, state)
+        last = ckpt.list_checkpoints(out)
+        if not last or last[-1][0] != state.step:
+            save_checkpoint(cfg, dist, models, state)
+    finally:
+        logger.close()
+        rollout.close()
+    return 0
+
+
+def run_method(method: str, cfg: Config, *, rft_opts: dict | None = None, task=None) -> int:
+    """Train ``cfg`` with ``method`` (rft, online_rft, grpo, ppo) into ``cfg.train.output_dir``.
+
+    The training problems are passed to the trainer explicitly, so :func:`mathrl.train.loop.run`
+    skips its own before/after evaluation: the study evaluates every method the same way afterwards.
+    """
+    from mathrl.train.loop import load_training_problems, run
+
+    task = task or Task()
+    problems = task.train_problems if task.train_problems is not None else load_training_problems(cfg)
+    if method in ("rft", "online_rft"):
+        o = rft_opts or {}
+        return run_sft_method(cfg, online=method == "online_rft", dedup=o.get("dedup", True),
+                              max_per_problem=o.get("max_per_problem"), problems=problems, reward_fn=task.reward_fn)
+    if method in ("grpo", "ppo"):
+        return int(run(cfg, problems=problems, reward_fn=task.reward_fn) or 0)
+    raise ValueError(f"unknown method {method!r}; allowed: rft, online_rft, grpo, ppo")

@@ -1,0 +1,196 @@
+"""The study report: one table (markdown + JSON) and two figures.
+
+* ``report.md`` / ``report.json`` -- per run: method, steps, held-out greedy accuracy and
+  pass@1 / pass@K / maj@K before and after, training-sample accuracy at the end, wall time
+  (training, evaluation) and sampled response tokens.
+* ``accuracy_curve.png`` -- left: accuracy of the policy's own samples on each step's training
+  problems (``reward/accuracy`` of ``metrics.jsonl``; offline RFT trains on the initial model's
+  samples, so its line is the initial model's accuracy); right: held-out accuracy at the evaluated
+  checkpoints (step 0 = the initial model; every ``study.curve_every`` steps; the last step).
+* ``maj_pass_at_k.png`` -- Maj@K and Pass@K against K before (the initial model) and after each
+  run, the form of DeepSeekMath's Figure 7 (Shao et al. 2024): RL that only re-ranks the model's
+  existing answers raises Maj@K and leaves Pass@K at large K unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Callable
+
+__all__ = ["collect", "markdown_table", "write_study_report", "plot_accuracy_curves", "plot_maj_pass"]
+
+
+def _pct(x) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{100 * x:.1f}"
+
+
+def _ks(values: dict, kind: str) -> list[int]:
+    return sorted(int(k.split("@")[1]) for k in values if k.startswith(kind + "@"))
+
+
+def collect(study) -> dict:
+    """Everything the report shows: DONE records of the complete runs, names of the pending ones."""
+    from mathrl.ablate.driver import DONE
+    from mathrl.train.metrics import read_metrics
+
+    runs, pending = [], []
+    for r in study.runs:
+        done = study.out / r.name / DONE
+        if not done.is_file():
+            pending.append(r.name)
+            continue
+        rec = json.loads(done.read_text())
+        mpath = study.out / r.name / "metrics.jsonl"
+        steps = [m for m in read_metrics(mpath) if "event" not in m] if mpath.is_file() else []
+        rec["train_curve"] = [[m["step"], m["reward/accuracy"]] for m in steps if "reward/accuracy" in m]
+        last = rec["train_curve"][-max(1, len(rec["train_curve"]) // 5):]
+        rec["train_acc_end"] = sum(a for _, a in last) / len(last) if last else None
+        runs.append(rec)
+    return {"study": study.name, "file": str(study.path), "out": str(study.out), "description": study.description,
+            "generated": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "runs": runs, "pending": pending}
+
+
+def _headline(values: dict) -> tuple[str, float | None]:
+    if "greedy" in values:
+        return "greedy", values["greedy"]
+    return "pass@1", values.get("pass@1")
+
+
+def markdown_table(data: dict) -> str:
+    runs = data["runs"]
+    if not runs:
+        return "(no run is complete yet)"
+    kmax = max((max(_ks(r["after"], "pass"), default=1) for r in runs), default=1)
+    header = ["run", "method", "steps", "acc before", "acc after", "pass@1 before", "pass@1 after",
+              f"pass@{kmax} before", f"pass@{kmax} after", f"maj@{kmax} before", f"maj@{kmax} after",
+              "train acc (end)", "train s", "eval s", "tokens"]
+    rows = []
+    for r in runs:
+        b, a = r["before"], r["after"]
+        rows.append([r["name"], r["method"], str(r["steps"]), _pct(_headline(b)[1]), _pct(_headline(a)[1]),
+                     _pct(b.get("pass@1")), _pct(a.get("pass@1")), _pct(b.get(f"pass@{kmax}")),
+                     _pct(a.get(f"pass@{kmax}")), _pct(b.get(f"maj@{kmax}")), _pct(a.get(f"maj@{kmax}")),
+                     _pct(r.get("train_acc_end")), f"{r['wall_train_s']:.0f}", f"{r['wall_eval_s']:.0f}",
+                     f"{int(r['tokens'])}"])
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _notes(data: dict) -> list[str]:
+    runs = data["runs"]
+    notes = []
+    if runs:
+        s = runs[0]["eval_settings"]
+        acc = _headline(runs[0]["after"])[0]
+        notes.append(f"Held-out set: {runs[0]['eval_problems']} problems; n = {s['n']} samples per problem at "
+                     f"T = {s['temperature']}, top_p = {s['top_p']}, max_tokens = {s['max_tokens']}. "
+                     f"'acc' = {acc} accuracy; pass@k unbiased (Chen et al. 2021); maj@k = expected "
+                     "majority-vote accuracy of k samples. 'train acc (end)' = accuracy of the policy's "
+                     "own samples over the last fifth of the steps (offline RFT: the initial model's samples). "
+                     "'tokens' = response tokens sampled for training (rank 0). Values in %.")
+    if data["pending"]:
+        notes.append(f"Not complete yet (not in the table): {', '.join(data['pending'])}.")
+    return notes
+
+
+def plot_accuracy_curves(data: dict, path: Path) -> Path:
+    from mathrl.eval.report import _plt
+
+    plt = _plt()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for i, r in enumerate(data["runs"]):
+        color = f"C{i % 10}"
+        if r["train_curve"]:
+            xs, ys = zip(*r["train_curve"])
+            ax1.plot(xs, [100 * y for y in ys], color=color, ls="--" if r["method"] == "rft" else "-",
+                     marker="." if len(xs) < 40 else None, label=r["name"])
+        pts = [(p["step"], p.get("greedy", p.get("pass@1"))) for p in r["curve"]]
+        pts = [(s, v) for s, v in pts if v is not None]
+        if pts:
+            xs, ys = zip(*pts)
+            ax2.plot(xs, [100 * y for y in ys], color=color, marker="o", label=r["name"])
+    ax1.set_title("accuracy of the policy's samples on the training batch", fontsize=9)
+    metric = _headline(data["runs"][0]["after"])[0] if data["runs"] else "greedy"
+    ax2.set_title(f"held-out accuracy ({metric}) at evaluated checkpoints", fontsize=9)
+    for ax in (ax1, ax2):
+        ax.set_xlabel("training step")
+        ax.set_ylabel("%")
+        ax.set_ylim(-2, 102)
+        ax.grid(alpha=0.3)
+        if data["runs"]:
+            ax.legend(fontsize=7)
+    fig.suptitle(f"study {data['study']}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def plot_maj_pass(data: dict, path: Path) -> Path:
+    """Maj@K (left) and Pass@K (right) vs K: the initial model (black, dashed) and each run after training."""
+    from mathrl.eval.report import _plt
+
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    baselines: dict[str, dict] = {}
+    for r in data["runs"]:
+        baselines.setdefault(r["baseline"], r["before"])
+    allk: set[int] = set()
+    for ax, kind, title in ((axes[0], "maj", "Maj@K"), (axes[1], "pass", "Pass@K")):
+        def curve(values: dict) -> tuple[list[int], list[float]]:
+            ks = _ks(values, kind)
+            if kind == "maj" and "pass@1" in values:  # maj@1 = pass@1
+                ks = sorted(set(ks) | {1})
+            vals = [values.get(f"{kind}@{k}", values.get("pass@1") if k == 1 else None) for k in ks]
+            return ks, vals
+
+        for j, (key, before) in enumerate(baselines.items()):
+            ks, vals = curve(before)
+            allk.update(ks)
+            label = "before (initial model)" if len(baselines) == 1 else f"before ({key})"
+            ax.plot(ks, [100 * v for v in vals], "k--", marker="s", alpha=0.8 - 0.2 * j, label=label)
+        for i, r in enumerate(data["runs"]):
+            ks, vals = curve(r["after"])
+            allk.update(ks)
+            ax.plot(ks, [100 * v for v in vals], color=f"C{i % 10}", marker="o", label=f"{r['name']} (after)")
+        ax.set_xscale("log", base=2)
+        if allk:
+            ax.set_xticks(sorted(allk))
+            ax.set_xticklabels([str(k) for k in sorted(allk)])
+        ax.set_xlabel("K: samples per problem")
+        ax.set_ylabel("accuracy (%)")
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"study {data['study']}: Maj@K and Pass@K before and after training", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def write_study_report(study, *, log: Callable[[str], None] = print) -> dict:
+    """Write ``report.md``, ``report.json``, ``accuracy_curve.png`` and ``maj_pass_at_k.png``."""
+    out = Path(study.out)
+    out.mkdir(parents=True, exist_ok=True)
+    data = collect(study)
+    table = markdown_table(data)
+    md = [f"# Ablation study: {data['study']}", ""]
+    if data["description"]:
+        md += [data["description"].strip(), ""]
+    md += [table, ""] + [f"- {n}" for n in _notes(data)]
+    md += ["", "![accuracy over training](accuracy_curve.png)", "", "![Maj@K and Pass@K](maj_pass_at_k.png)", ""]
+    (out / "report.md").write_text("\n".join(md))
+    (out / "report.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
+    data["paths"] = {"markdown": str(out / "report.md"), "json": str(out / "report.json"),
+                     "accuracy_curve": str(plot_accuracy_curves(data, out / "accuracy_curve.png")),
+                     "maj_pass_at_k": str(plot_maj_pass(data, out / "maj_pass_at_k.png"))}
+    print(table)
+    log(f"[ablate] wrote {out / 'report.md'}, report.json, accuracy_curve.png, maj_pass_at_k.png")
+    return data

@@ -1,0 +1,308 @@
+"""Ablation studies: the YAML format, grid expansion and per-run configs.
+
+A study file (``configs/ablations/<study>.yaml``)::
+
+    study:
+      name: cpu_demo
+      out: runs/ablations/cpu_demo     # study folder (relative to the current directory)
+      base: ../demo.yaml               # optional recipe the base starts from (relative to this file)
+      curve_every: 0                   # also evaluate checkpoints every N steps (0 = before/after only)
+      launcher: mathrl ablate          # command prefix printed by --print-commands
+      rft: {dedup: true, max_per_problem: null}   # RFT data filter (per run: `rft:` in the run)
+    base:                              # config sections, as in a recipe; applied after study.base
+      train: {steps: 10, batch_size: 4}
+    runs:
+      - {method: rft, overrides: {train.lr: 1.0e-5}}           # name defaults to the method
+      - {method: online_rft, overrides: {train.lr: 1.0e-5}}
+      - {method: grpo}
+      - {method: grpo, variant: dr_grpo}                         # name: grpo-dr_grpo
+      - {method: grpo, sweep: {rollout.n: [4, 8, 16]}}           # grpo-n4, grpo-n8, grpo-n16
+      - {method: ppo, name: ppo}
+
+A run's config = defaults <- ``study.base`` recipe <- ``base`` <- the method's preset <- the
+variants' presets <- the run's ``overrides`` <- the sweep point; then ``train.output_dir`` is set to
+``<study out>/<run name>``. Override keys are dotted (``algo.kl_coef``) or nested mappings. Every key
+and value is checked by :mod:`mathrl.config`; errors name the study file, the run and the key.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mathrl.config import Config, ConfigError, _flatten_yaml, set_value, validate
+
+__all__ = ["METHODS", "VARIANTS", "RunSpec", "Study", "dump_study", "load_study", "run_config"]
+
+METHODS: dict[str, dict[str, Any]] = {
+    # sample once from the initial policy, keep the correct responses, SFT on them
+    "rft": {"algo.kl_coef": 0.0},
+    # sample from the current policy every step, keep the correct responses, one SFT step
+    "online_rft": {"algo.kl_coef": 0.0},
+    "grpo": {"algo.name": "grpo"},
+    "ppo": {"algo.name": "ppo"},
+}
+"""Method name -> the config presets it implies (the RFT methods train without a KL term)."""
+
+SFT_METHODS = ("rft", "online_rft")
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    # Dr. GRPO (Liu et al. 2025): no std normalisation, constant length normaliser
+    "dr_grpo": {"algo.advantage": "dr_grpo", "algo.loss_agg": "seq-mean-token-sum-norm"},
+    "no_kl": {"algo.kl_coef": 0.0},
+    "kl0.04": {"algo.kl_coef": 0.04},
+    "k1": {"algo.kl_estimator": "k1"},
+    "k3": {"algo.kl_estimator": "k3"},
+    "clip_higher": {"algo.clip_low": 0.2, "algo.clip_high": 0.28},   # DAPO
+    "token_mean": {"algo.loss_agg": "token-mean"},
+    "seq_mean_token_mean": {"algo.loss_agg": "seq-mean-token-mean"},
+    "seq_mean_token_sum": {"algo.loss_agg": "seq-mean-token-sum"},
+    "seq_mean_token_sum_norm": {"algo.loss_agg": "seq-mean-token-sum-norm"},
+}
+"""Named override bundles for the commonly argued-about ablations (``variant:`` in a run)."""
+
+STUDY_KEYS = {"name", "out", "base", "curve_every", "launcher", "rft", "description"}
+RUN_KEYS = {"name", "method", "variant", "overrides", "sweep", "rft"}
+RFT_KEYS = {"dedup", "max_per_problem"}
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")
+
+
+@dataclass
+class RunSpec:
+    """One run of a study after grid expansion."""
+
+    name: str
+    method: str
+    overrides: list[tuple[str, Any, str]]   # (dotted key, value, origin for error messages)
+    rft: dict[str, Any] = field(default_factory=dict)
+
+    def override_dict(self) -> dict[str, Any]:
+        return {k: v for k, v, _ in self.overrides}
+
+
+@dataclass
+class Study:
+    path: Path
+    name: str
+    out: Path
+    base_recipe: Path | None
+    base: list[tuple[str, Any, str]]
+    runs: list[RunSpec]
+    curve_every: int = 0
+    launcher: str = "mathrl ablate"
+    description: str = ""
+
+    def run(self, name: str) -> RunSpec:
+        for r in self.runs:
+            if r.name == name:
+                return r
+        raise ConfigError(f"{self.path}: no run named {name!r}; runs: {', '.join(r.name for r in self.runs)}")
+
+
+def _flatten(mapping: Any, where: str, prefix: str = "") -> list[tuple[str, Any]]:
+    """``{algo: {kl_coef: 0}}`` or ``{algo.kl_coef: 0}`` -> ``[("algo.kl_coef", 0)]``."""
+    if mapping is None:
+        return []
+    if not isinstance(mapping, dict):
+        raise ConfigError(f"{where}: expected a mapping of config keys (e.g. algo.kl_coef: 0), got {mapping!r}")
+    out = []
+    for k, v in mapping.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.extend(_flatten(v, where, key + "."))
+        else:
+            out.append((key, v))
+    return out
+
+
+def _line_of(root: yaml.Node | None, *path: Any) -> str:
+    """``:line`` of a node in the composed YAML (best effort, for error messages)."""
+    node = root
+    mark = None
+    try:
+        for p in path:
+            if isinstance(node, yaml.MappingNode):
+                key, node = next((k, v) for k, v in node.value if k.value == p)
+                mark = key.start_mark  # a key's own line, not its value's
+            elif isinstance(node, yaml.SequenceNode):
+                node = node.value[p]
+                mark = node.start_mark
+            else:
+                return ""
+        return f":{mark.line + 1}" if mark is not None else ""
+    except (StopIteration, IndexError, TypeError):
+        return ""
+
+
+def _slug(value: Any) -> str:
+    s = str(value).lower() if isinstance(value, bool) else str(value)
+    return re.sub(r"[^A-Za-z0-9._+-]+", "_", s)
+
+
+def _check_rft(opts: Any, where: str) -> dict[str, Any]:
+    if opts is None:
+        return {}
+    if not isinstance(opts, dict):
+        raise ConfigError(f"{where}: 'rft' must be a mapping with keys {', '.join(sorted(RFT_KEYS))}")
+    bad = set(opts) - RFT_KEYS
+    if bad:
+        raise ConfigError(f"{where}: unknown rft option(s) {', '.join(sorted(bad))}; allowed: "
+                          f"{', '.join(sorted(RFT_KEYS))}")
+    if "dedup" in opts and not isinstance(opts["dedup"], bool):
+        raise ConfigError(f"{where}: rft.dedup = {opts['dedup']!r}; allowed: true/false")
+    mpp = opts.get("max_per_problem")
+    if mpp is not None and (isinstance(mpp, bool) or not isinstance(mpp, int) or mpp < 1):
+        raise ConfigError(f"{where}: rft.max_per_problem = {mpp!r}; allowed: an integer >= 1 or null")
+    return dict(opts)
+
+
+def load_study(path: str | Path, out: str | Path | None = None) -> Study:
+    """Parse and expand a study file; every run's config is built (validated) before anything runs."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read study file {path}: {exc.strerror}") from None
+    try:
+        root = yaml.compose(text)
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise ConfigError(f"{path}{f':{mark.line + 1}' if mark else ''}: invalid YAML: "
+                          f"{getattr(exc, 'problem', exc)}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping with 'study', 'base' and 'runs'")
+    unknown = set(data) - {"study", "base", "runs"}
+    if unknown:
+        k = sorted(unknown)[0]
+        raise ConfigError(f"{path}{_line_of(root, k)}: unknown top-level key {k!r}; allowed: study, base, runs")
+    st = data.get("study") or {}
+    if not isinstance(st, dict):
+        raise ConfigError(f"{path}{_line_of(root, 'study')}: 'study' must be a mapping")
+    bad = set(st) - STUDY_KEYS
+    if bad:
+        k = sorted(bad)[0]
+        raise ConfigError(f"{path}{_line_of(root, 'study', k)}: unknown study option {k!r}; allowed: "
+                          f"{', '.join(sorted(STUDY_KEYS))}")
+    name = str(st.get("name") or path.stem)
+    out_dir = Path(out) if out is not None else Path(st.get("out") or f"runs/ablations/{name}")
+    base_recipe = None
+    if st.get("base"):
+        base_recipe = (path.parent / str(st["base"])).resolve()
+        if not base_recipe.is_file():
+            raise ConfigError(f"{path}{_line_of(root, 'study', 'base')}: study.base = {st['base']!r}: "
+                              f"no such file ({base_recipe})")
+    curve_every = st.get("curve_every", 0)
+    if isinstance(curve_every, bool) or not isinstance(curve_every, int) or curve_every < 0:
+        raise ConfigError(f"{path}{_line_of(root, 'study', 'curve_every')}: study.curve_every = {curve_every!r}; "
+                          "allowed: an integer >= 0")
+    study_rft = _check_rft(st.get("rft"), f"{path}{_line_of(root, 'study', 'rft')}")
+    base = [(k, v, f"{path}{_line_of(root, 'base', *k.split('.'))}")
+            for k, v in _flatten(data.get("base"), f"{path}{_line_of(root, 'base')}")]
+    runs_raw = data.get("runs")
+    if not isinstance(runs_raw, list) or not runs_raw:
+        raise ConfigError(f"{path}{_line_of(root, 'runs')}: 'runs' must be a non-empty list of "
+                          "{method: ..., name: ..., variant: ..., overrides: {...}, sweep: {...}}")
+    runs: list[RunSpec] = []
+    for i, r in enumerate(runs_raw):
+        where = f"{path}{_line_of(root, 'runs', i)}"
+        if not isinstance(r, dict):
+            raise ConfigError(f"{where}: run #{i + 1} must be a mapping with at least 'method'")
+        bad = set(r) - RUN_KEYS
+        if bad:
+            raise ConfigError(f"{where}: run #{i + 1}: unknown key(s) {', '.join(sorted(bad))}; allowed: "
+                              f"{', '.join(sorted(RUN_KEYS))}")
+        method = r.get("method")
+        if method not in METHODS:
+            raise ConfigError(f"{where}: run #{i + 1}: method = {method!r}; allowed: {', '.join(METHODS)}")
+        variants = r.get("variant") or []
+        variants = [variants] if isinstance(variants, str) else list(variants)
+        for v in variants:
+            if v not in VARIANTS:
+                raise ConfigError(f"{where}: run #{i + 1}: variant = {v!r}; allowed: {', '.join(VARIANTS)}")
+        ovr = [(k, v, f"{where} (run #{i + 1} overrides)") for k, v in _flatten(r.get("overrides"), where)]
+        pre = [(k, v, f"method {method!r}") for k, v in METHODS[method].items()]
+        for vname in variants:
+            pre += [(k, v, f"variant {vname!r}") for k, v in VARIANTS[vname].items()]
+        rft_opts = {**study_rft, **_check_rft(r.get("rft"), where)}
+        sweep = r.get("sweep") or {}
+        points: list[list[tuple[str, Any]]] = [[]]
+        if sweep:
+            flat = _flatten(sweep, where)
+            for k, vals in flat:
+                if not isinstance(vals, list) or not vals:
+                    raise ConfigError(f"{where}: run #{i + 1}: sweep.{k} must be a non-empty list of values")
+            points = [list(zip([k for k, _ in flat], combo)) for combo in itertools.product(*[v for _, v in flat])]
+        for point in points:
+            default = "-".join([method, *variants] + [f"{k.split('.')[-1]}{_slug(v)}" for k, v in point])
+            template = r.get("name")
+            if template is None:
+                run_name = default
+            else:
+                run_name = str(template)
+                if point and "{" not in run_name:
+                    run_name += "-" + "-".join(f"{k.split('.')[-1]}{_slug(v)}" for k, v in point)
+                for k, v in point:
+                    run_name = run_name.replace("{" + k + "}", _slug(v))
+            if not _NAME_RE.match(run_name) or run_name in ("baseline",):
+                raise ConfigError(f"{where}: run name {run_name!r}: use letters, digits and . _ + = - (it is a "
+                                  "folder name; 'baseline' is reserved)")
+            runs.append(RunSpec(run_name, method, pre + ovr + [(k, v, f"{where} (sweep)") for k, v in point],
+                                rft_opts))
+    names = [r.name for r in runs]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ConfigError(f"{path}: run name(s) {', '.join(dup)} occur more than once; give runs distinct 'name's")
+    launcher = str(st.get("launcher") or "mathrl ablate")
+    study = Study(path=path, name=name, out=out_dir, base_recipe=base_recipe, base=base, runs=runs,
+                  curve_every=curve_every, launcher=launcher, description=str(st.get("description") or ""))
+    for r in runs:  # fail before any work
+        run_config(study, r)
+    return study
+
+
+def dump_study(study: Study, path: str | Path) -> Path:
+    """Write ``study`` (possibly edited in Python) as an equivalent study file with its runs expanded."""
+    data = {"study": {"name": study.name, "out": str(Path(study.out).resolve()), "curve_every": study.curve_every,
+                      "launcher": study.launcher, "description": study.description},
+            "base": {k: v for k, v, _ in study.base},
+            "runs": [{"name": r.name, "method": r.method, "overrides": {k: v for k, v, _ in r.overrides},
+                      "rft": dict(r.rft)} for r in study.runs]}
+    if study.base_recipe is not None:
+        data["study"]["base"] = str(Path(study.base_recipe).resolve())
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def base_config(study: Study) -> Config:
+    """The study's base config (defaults <- study.base recipe <- base)."""
+    cfg = Config()
+    if study.base_recipe is not None:
+        for key, value, line in _flatten_yaml(study.base_recipe):
+            set_value(cfg, key, value, origin=f"{study.base_recipe}:{line}")
+    for key, value, origin in study.base:
+        set_value(cfg, key, value, origin=origin)
+    return cfg
+
+
+def run_config(study: Study, run: RunSpec) -> Config:
+    """The validated config of one run, with ``train.output_dir = <study out>/<run name>``."""
+    cfg = base_config(study)
+    for key, value, origin in run.overrides:
+        set_value(cfg, key, value, origin=f"{origin}, run {run.name!r}")
+    cfg.train.output_dir = str(study.out / run.name)
+    if study.curve_every:
+        cfg.train.save_every = study.curve_every
+        cfg.train.keep_last = max(cfg.train.keep_last, cfg.train.steps // study.curve_every + 1)
+    try:
+        validate(cfg)
+    except ConfigError as exc:
+        raise ConfigError(f"{study.path}, run {run.name!r}: {exc}") from None
+    return cfg

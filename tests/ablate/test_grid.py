@@ -1,0 +1,126 @@
+"""The study driver end to end on the tiny digit task: 2 methods x 2 steps, report files, resume."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import yaml
+
+from _ablate_tasks import digit_problems, first_digit_grader, first_digit_reward
+
+from mathrl.ablate import Task, run_study
+from mathrl.ablate.driver import DONE, TRAINED
+
+
+def _study(tmp_path, model_dir) -> tuple:
+    study = {
+        "study": {"name": "tiny", "out": str(tmp_path / "study"), "rft": {"dedup": True}},
+        "base": {
+            "model": {"name": str(model_dir)},
+            "data": {"template": "chat_boxed"},
+            "rollout": {"backend": "hf", "n": 4, "max_tokens": 1, "temperature": 1.0},
+            "train": {"steps": 2, "batch_size": 4, "lr": 1.0e-2, "seed": 0},
+            "deepspeed": {"zero_stage": 1},
+            "logging": {"tensorboard": False, "console": "plain"},
+            "reward": {"workers": 1},
+            "eval": {"n": 4, "k": [1, 4], "max_tokens": 1, "greedy": True, "temperature": 1.0, "top_p": 1.0},
+        },
+        "runs": [{"method": "online_rft"}, {"method": "grpo", "overrides": {"algo.kl_coef": 0.0}}],
+    }
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(study))
+    task = Task(train_problems=digit_problems(32), eval_problems=digit_problems(10, offset=100), eval_name="digits",
+                reward_fn=first_digit_reward, grader=first_digit_grader)
+    return path, task
+
+
+def test_tiny_grid_writes_report_and_resumes_only_the_stopped_run(tmp_path, digit_model_dir):
+    path, task = _study(tmp_path, digit_model_dir)
+    out = tmp_path / "study"
+    logs: list[str] = []
+    report = run_study(path, task=task, log=logs.append)
+
+    for f in ("report.md", "report.json", "accuracy_curve.png", "maj_pass_at_k.png", "plan.json"):
+        assert (out / f).is_file() and (out / f).stat().st_size > 0, f
+    assert [r["name"] for r in report["runs"]] == ["online_rft", "grpo"]
+    assert report["pending"] == []
+    for r in report["runs"]:
+        assert (out / r["name"] / DONE).is_file()
+        assert r["final_step"] == 2
+        for side in ("before", "after"):
+            assert set(r[side]) >= {"greedy", "pass@1", "pass@2", "pass@4", "maj@2", "maj@4"}
+            assert 0.0 <= r[side]["pass@1"] <= r[side]["pass@4"] <= 1.0
+        assert r["tokens"] == 2 * 4 * 4  # 2 steps x B=4 x G=4 one-token responses
+        assert r["wall_train_s"] > 0
+        assert [len(r["train_curve"]), r["curve"][0]["step"], r["curve"][-1]["step"]] == [2, 0, 2]
+    # the task is not degenerate: the initial model is right sometimes, and training changed the policy
+    assert 0.0 < report["runs"][0]["before"]["pass@4"] < 1.0
+    assert all(r["after"] != r["before"] for r in report["runs"])
+    # both runs share one baseline evaluation ("before")
+    assert len(list(out.glob("baseline-*"))) == 1
+    assert report["runs"][0]["before"] == report["runs"][1]["before"]
+    md = (out / "report.md").read_text()
+    assert "| online_rft | online_rft | 2 |" in md and "| grpo | grpo | 2 |" in md
+    assert json.loads((out / "report.json").read_text())["runs"][1]["method"] == "grpo"
+    rft_metrics = [json.loads(line) for line in (out / "online_rft" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in rft_metrics] == [1, 2] and all("sft/loss" in m and "rft/kept" in m for m in rft_metrics)
+
+    # a second invocation redoes nothing
+    grpo_done = (out / "grpo" / DONE).stat().st_mtime_ns
+    logs.clear()
+    run_study(path, task=task, log=logs.append)
+    assert sum("skipped" in line for line in logs) == 2 and not any("training (" in line for line in logs)
+
+    # simulate a stop during online_rft's training: its markers are gone, a stale file is left behind
+    (out / "online_rft" / DONE).unlink()
+    (out / "online_rft" / TRAINED).unlink()
+    (out / "online_rft" / "stale.txt").write_text("left by the stopped run")
+    time.sleep(0.01)
+    logs.clear()
+    report2 = run_study(path, task=task, log=logs.append)
+    trained = [line for line in logs if "training (" in line]
+    assert len(trained) == 1 and "online_rft" in trained[0]
+    assert any("grpo: complete" in line for line in logs)
+    assert (out / "grpo" / DONE).stat().st_mtime_ns == grpo_done      # untouched
+    assert not (out / "online_rft" / "stale.txt").exists()              # redone from step 0
+    assert (out / "online_rft" / DONE).is_file()
+    assert [r["name"] for r in report2["runs"]] == ["online_rft", "grpo"]
+    # deterministic: the redone run reproduces its first result
+    assert report2["runs"][0]["after"] == report["runs"][0]["after"]
+
+    # editing the study after a run finished: the run is kept, with a warning naming its folder
+    edited = yaml.safe_load(path.read_text())
+    edited["runs"][1]["overrides"]["train.lr"] = 0.5
+    path.write_text(yaml.safe_dump(edited))
+    logs.clear()
+    run_study(path, task=task, log=logs.append)
+    assert any("grpo: warning: the study now gives this run another config" in line for line in logs)
+    assert not any("online_rft: warning" in line for line in logs)
+    path.write_text(yaml.safe_dump({**edited, "runs": [{"method": "online_rft"},
+                                                       {"method": "grpo", "overrides": {"algo.kl_coef": 0.0}}]}))
+
+    # --report-only trains nothing and rebuilds the same table
+    logs.clear()
+    report3 = run_study(path, task=task, report_only=True, log=logs.append)
+    assert not any("training (" in line or "evaluating" in line for line in logs)
+    assert [r["after"] for r in report3["runs"]] == [r["after"] for r in report2["runs"]]
+
+    # scripts/ablate_estimate.py extrapolates from a finished (probe) study: here to 10 steps, 20 problems
+    import importlib.util
+    from pathlib import Path
+
+    from mathrl.ablate.study import load_study, run_config
+
+    spec = importlib.util.spec_from_file_location(
+        "ablate_estimate", Path(__file__).resolve().parents[2] / "scripts" / "ablate_estimate.py")
+    est = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(est)
+    probe = load_study(path)
+    full = load_study(path)
+    for r in full.runs:
+        r.overrides = r.overrides + [("train.steps", 10, "test"), ("data.eval_limit", 20, "test")]
+    rows, total = est.estimate(full, probe, {r.name: run_config(full, r) for r in full.runs}, eval_limit=10)
+    assert [r["run"] for r in rows] == ["online_rft", "grpo"] and all(r["steps"] == 10 for r in rows)
+    assert total == pytest.approx(sum(r["train_s"] + r["eval_s"] for r in rows), abs=2)

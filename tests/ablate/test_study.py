@@ -1,0 +1,159 @@
+"""Study files: grid expansion, presets, per-run configs, errors, launcher commands; offline RFT."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mathrl.ablate.cli import main as ablate_main
+from mathrl.ablate.study import load_study, run_config
+from mathrl.config import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _write(tmp_path, study: dict) -> Path:
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(study, sort_keys=False))
+    return p
+
+
+def test_grid_expansion_presets_and_overrides(tmp_path):
+    p = _write(tmp_path, {
+        "study": {"name": "g", "out": str(tmp_path / "o"), "rft": {"max_per_problem": 2}},
+        "base": {"train": {"steps": 3}, "algo.kl_coef": 0.04},
+        "runs": [
+            {"method": "rft", "rft": {"dedup": False}, "overrides": {"train": {"lr": 1e-5}}},
+            {"method": "grpo", "variant": ["dr_grpo", "no_kl"]},
+            {"method": "grpo", "sweep": {"rollout.n": [4, 16], "algo.kl_estimator": ["k1", "k3"]}},
+            {"method": "ppo", "name": "ppo-G{rollout.n}", "sweep": {"rollout.n": [2]}},
+        ]})
+    s = load_study(p)
+    assert [r.name for r in s.runs] == ["rft", "grpo-dr_grpo-no_kl", "grpo-n4-kl_estimatork1", "grpo-n4-kl_estimatork3",
+                                        "grpo-n16-kl_estimatork1", "grpo-n16-kl_estimatork3", "ppo-G2"]
+    rft = run_config(s, s.runs[0])
+    assert (rft.algo.kl_coef, rft.train.lr, rft.train.steps) == (0.0, 1e-5, 3)   # method preset beats base
+    assert s.runs[0].rft == {"max_per_problem": 2, "dedup": False}
+    dr = run_config(s, s.runs[1])
+    assert (dr.advantage, dr.algo.loss_agg, dr.algo.kl_coef) == ("dr_grpo", "seq-mean-token-sum-norm", 0.0)
+    g = run_config(s, s.runs[4])
+    assert (g.rollout.n, g.algo.kl_estimator, g.algo.kl_coef) == (16, "k1", 0.04)
+    ppo = run_config(s, s.runs[6])
+    assert (ppo.algo.name, ppo.advantage, ppo.kl_in, ppo.rollout.n) == ("ppo", "gae", "reward", 2)
+    assert Path(ppo.train.output_dir) == tmp_path / "o" / "ppo-G2"
+    assert load_study(p, out=tmp_path / "elsewhere").out == tmp_path / "elsewhere"
+
+
+@pytest.mark.parametrize("runs, base, match", [
+    ([{"method": "dpo"}], {}, r"method = 'dpo'; allowed: rft, online_rft, grpo, ppo"),
+    ([{"method": "grpo", "variant": "dr-grpo"}], {}, r"variant = 'dr-grpo'; allowed: dr_grpo"),
+    ([{"method": "grpo", "overrides": {"algo.kl_cof": 0}}], {}, r"unknown key 'algo.kl_cof' \(.*s\.yaml:\d+ \(run #1 "
+                                                                r"overrides\), run 'grpo'\); did you mean 'algo.kl_coef'"),
+    ([{"method": "grpo"}], {"train": {"lr": -1}}, r"train.lr = -1.0 \(.*s\.yaml:\d+\): out of range"),
+    ([{"method": "grpo"}, {"method": "grpo"}], {}, r"run name\(s\) grpo occur more than once"),
+    ([{"method": "grpo", "sweep": {"rollout.n": 4}}], {}, r"sweep.rollout.n must be a non-empty list"),
+    ([{"method": "grpo", "rft": {"cap": 2}}], {}, r"unknown rft option\(s\) cap"),
+    ([{"method": "grpo", "overrides": {"rollout.n": 1}}], {}, r"run 'grpo'.*rollout.n = 1.*needs rollout.n >= 2"),
+])
+def test_errors_name_the_file_run_and_key(tmp_path, runs, base, match):
+    p = _write(tmp_path, {"study": {"out": str(tmp_path / "o")}, "base": base, "runs": runs})
+    with pytest.raises(ConfigError, match=match):
+        load_study(p)
+
+
+def test_unknown_top_level_key_has_a_line_number(tmp_path):
+    p = tmp_path / "s.yaml"
+    p.write_text("study: {out: x}\nrunz:\n  - {method: grpo}\n")
+    with pytest.raises(ConfigError, match=r"s\.yaml:2: unknown top-level key 'runz'"):
+        load_study(p)
+
+
+def test_shipped_studies_load():
+    cpu = load_study(ROOT / "configs/ablations/cpu_demo.yaml")
+    assert [r.method for r in cpu.runs] == ["rft", "online_rft", "grpo", "ppo"]
+    c = run_config(cpu, cpu.runs[2])
+    assert c.model.name == "embedded" and c.data.source == "synthetic" and c.rollout.backend == "hf"
+    gpu = load_study(ROOT / "configs/ablations/deepseekmath_gsm8k.yaml")
+    names = [r.name for r in gpu.runs]
+    assert {"rft", "online_rft", "grpo", "ppo", "grpo-dr_grpo", "grpo-no_kl", "grpo-k1", "grpo-clip_higher",
+            "grpo-G4", "grpo-G16"} <= set(names)
+    assert run_config(gpu, gpu.run("grpo-G16")).rollout.n == 16
+    assert run_config(gpu, gpu.run("grpo-clip_higher")).algo.clip_high == 0.28
+
+
+def test_print_commands_lists_pending_runs_then_the_report(tmp_path, capsys):
+    p = _write(tmp_path, {"study": {"out": str(tmp_path / "o"), "launcher": "deepspeed -m mathrl.ablate.cli"},
+                          "runs": [{"method": "grpo"}, {"method": "ppo"}]})
+    (tmp_path / "o" / "grpo").mkdir(parents=True)
+    (tmp_path / "o" / "grpo" / "DONE.json").write_text("{}")
+    assert ablate_main([str(p), "--print-commands"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines == [f"deepspeed -m mathrl.ablate.cli {p} --only ppo --out {tmp_path / 'o'}",
+                     f"deepspeed -m mathrl.ablate.cli {p} --report-only --out {tmp_path / 'o'}"]
+    with pytest.raises(ConfigError, match="no run named 'sft'"):
+        ablate_main([str(p), "--only", "sft"])
+
+
+def test_offline_rft_trains_on_samples_of_the_initial_model(tmp_path, digit_model_dir):
+    """Offline RFT samples every step's problems up front; its step-1 data equals online RFT's step 1."""
+    from _ablate_tasks import digit_problems, first_digit_reward
+
+    from mathrl.ablate.methods import run_method
+    from mathrl.config import load_config
+    from mathrl.train.metrics import read_metrics
+
+    recs = {}
+    for method in ("rft", "online_rft"):
+        cfg = load_config(None, [f"model.name={digit_model_dir}", "rollout.backend=hf", "rollout.max_tokens=1",
+                                 "rollout.n=4", "train.batch_size=4", "train.steps=3", "train.lr=1e-2",
+                                 "algo.kl_coef=0", "data.template=chat_boxed", "deepspeed.zero_stage=1",
+                                 f"train.output_dir={tmp_path / method}", "logging.tensorboard=false",
+                                 "logging.console=plain"])
+        assert run_method(method, cfg, rft_opts={"dedup": False},
+                          task=__import__("mathrl.ablate", fromlist=["Task"]).Task(
+                              train_problems=digit_problems(32), reward_fn=first_digit_reward)) == 0
+        recs[method] = read_metrics(tmp_path / method / "metrics.jsonl")
+        assert (tmp_path / method / "checkpoints" / "step_000003" / "policy" / "config.json").is_file()
+    off = recs["rft"]
+    assert off[0]["event"] == "rft_sampling" and off[0]["tokens"] == 3 * 4 * 4
+    steps_off = [r for r in off if "event" not in r]
+    steps_on = [r for r in recs["online_rft"] if "event" not in r]
+    assert [r["step"] for r in steps_off] == [1, 2, 3] and all(r["tokens"] == 0 for r in steps_off)
+    assert steps_off[0]["rft/kept"] == steps_on[0]["rft/kept"]            # same sampler, same seed at step 1
+    assert steps_off[0]["reward/accuracy"] == steps_on[0]["reward/accuracy"]
+    # without dedup every correct sample is kept
+    assert all(r["rft/kept"] == r["reward/accuracy"] * 16 for r in steps_off + steps_on)
+    assert json.loads(json.dumps(steps_off))  # finite, serialisable
+
+
+def test_cli_trains_each_run_in_a_worker_process(tmp_path, digit_model_dir, capfd):
+    """`mathrl ablate STUDY` (no custom task): every run in its own interpreter, then the report here."""
+    p = _write(tmp_path, {
+        "study": {"name": "w", "out": str(tmp_path / "o")},
+        "base": {"model": {"name": str(digit_model_dir)}, "data": {"template": "chat_boxed", "eval_limit": 3},
+                 "rollout": {"backend": "hf", "n": 2, "max_tokens": 2}, "reward": {"workers": 1},
+                 "train": {"steps": 1, "batch_size": 2}, "deepspeed": {"zero_stage": 1},
+                 "logging": {"tensorboard": False, "console": "plain"},
+                 "eval": {"n": 2, "k": [1, 2], "max_tokens": 2}},
+        "runs": [{"method": "grpo", "overrides": {"algo.kl_coef": 0.0}}]})
+    assert ablate_main([str(p)]) == 0
+    err = capfd.readouterr().err
+    assert "grpo: worker process:" in err and "--only grpo" in err
+    out = tmp_path / "o"
+    assert (out / "grpo" / "DONE.json").is_file() and (out / "report.md").is_file()
+    assert json.loads((out / "report.json").read_text())["runs"][0]["name"] == "grpo"
+
+
+def test_dump_study_round_trips_the_expanded_runs(tmp_path):
+    from mathrl.ablate.study import dump_study
+
+    s = load_study(ROOT / "configs/ablations/deepseekmath_gsm8k.yaml", out=tmp_path / "o")
+    s.runs[2].overrides.append(("train.steps", 2, "edited"))
+    again = load_study(dump_study(s, tmp_path / "copy.yaml"))
+    assert [r.name for r in again.runs] == [r.name for r in s.runs] and again.curve_every == s.curve_every
+    for a, b in zip(s.runs, again.runs):
+        assert run_config(s, a).to_dict() == run_config(again, b).to_dict() and a.rft == b.rft
+    assert run_config(again, again.run("grpo")).train.steps == 2
