@@ -140,10 +140,15 @@ def test_math500_level_filter(shared_data):
     (["--suite", "standard"], 16, [1, 4, 16]),
     (["--suite", "standard", "--n", "32"], 32, [1, 4, 16]),    # suite k still fits: kept
     (["--n", "16", "--k", "1,16"], 16, [1, 16]),
-    (["--config", str(REPO / "configs" / "demo.yaml")], 8, [1, 4, 8]),
+    (["--config", str(REPO / "configs" / "demo.yaml")], "demo", "demo"),   # the recipe's own eval section
 ])
 def test_sampling_settings_resolution(argv, n, ks):
     from mathrl.eval.cli import build_parser, resolve
 
     cfg, _ = resolve(build_parser().parse_args(argv))
+    if n == "demo":
+        import yaml
+
+        recipe = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())["eval"]
+        n, ks = recipe["n"], recipe["k"]
     assert cfg.eval.n == n and cfg.eval.k == ks
