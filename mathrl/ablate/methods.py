@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
-from mathrl.config import Config, dump_yaml
+from mathrl.config import Config
 
 __all__ = ["Task", "run_method", "run_sft_method", "sample_and_filter"]
 
@@ -113,19 +112,13 @@ def run_sft_method(cfg: Config, *, online: bool, dedup: bool = True, max_per_pro
     the same files.
     """
     from mathrl.train import checkpoint as ckpt
-    from mathrl.train.engines import device, init_distributed
-    from mathrl.train.loop import (State, _check_batching, build_models, load_training_problems, make_rollout,
+    from mathrl.train.engines import device
+    from mathrl.train.loop import (State, build_models, load_training_problems, make_rollout, prepare_run,
                                    save_checkpoint, sync_weights)
     from mathrl.train.metrics import MetricsLogger
     from mathrl.train.sft import sft_train_step
 
-    dist = init_distributed()
-    _check_batching(cfg, dist)
-    out = Path(cfg.train.output_dir)
-    if dist.is_main:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "config.yaml").write_text(dump_yaml(cfg))
-        ckpt.clean_temporaries(out)
+    dist, out = prepare_run(cfg)
     problems = problems if problems is not None else load_training_problems(cfg)
     models = build_models(cfg, dist, cfg.train.steps)
     state = State()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 from mathrl.data.errors import DataError, RowError, shorten
 

@@ -106,7 +106,7 @@ def markdown_report(summary: dict) -> str:
     lines.append(f"- sampling: n={s['n']}, temperature={s['temperature']}, top_p={s['top_p']}, "
                  f"top_k={s['top_k']}, max_tokens={s['max_tokens']}, seed={s['seed']}; template `{s['template']}`; "
                  f"backend {summary.get('backend', '?')}")
-    lines.append(f"- estimators: pass@k = mean over problems of 1 - C(n-c,k)/C(n,k) (Chen et al. 2021); maj@k = "
+    lines.append("- estimators: pass@k = mean over problems of 1 - C(n-c,k)/C(n,k) (Chen et al. 2021); maj@k = "
                  "expected majority-vote accuracy over k-subsets, answers grouped by verified equivalence, "
                  "ties shared, unanswered samples abstain; greedy = temperature 0")
     level = int(round(100 * s["ci_level"]))

@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -394,7 +393,8 @@ def _update_policy(cfg, dist, models, batch, plan, mask, advantages, old_logp, r
     gs = group_share(cfg)
     for rows in plan:
         mb = make_micro_batch(batch.prompt_ids, batch.prompt_mask, batch.response_ids, mask, rows, device(), gs)
-        logp, ent = policy_forward(engine, mb, temperature=_temp(r), with_entropy=a.entropy_coef > 0)
+        # entropy comes from the same fused pass as the logprobs; it enters the loss only with a bonus
+        logp, ent = policy_forward(engine, mb, temperature=_temp(r), with_entropy=True)
         m = mb.response_mask
         adv = advantages[rows, : mb.T].to(logp.device)
         old = old_logp[rows, : mb.T].to(logp.device) if old_logp is not None else logp.detach()
@@ -407,13 +407,11 @@ def _update_policy(cfg, dist, models, batch, plan, mask, advantages, old_logp, r
             kl_loss = agg_loss(kl_tok, m, **agg)
             loss = loss + a.kl_coef * kl_loss
             _acc(stats_acc, "loss/kl", kl_loss.detach() * len(plan))  # micro losses sum to the mini-batch's
-        if ent is not None:
-            ent_loss = agg_loss(ent, m, **agg)
-            loss = loss - a.entropy_coef * ent_loss
+        if a.entropy_coef > 0:
+            loss = loss - a.entropy_coef * agg_loss(ent, m, **agg)
         for k, v in st.items():
             _acc(stats_acc, f"policy/{k}", v)
-        if ent is not None:
-            _acc(stats_acc, "policy/entropy", (ent * m).sum() / m.sum().clamp(min=1))
+        _acc(stats_acc, "policy/entropy", (ent.detach() * m).sum() / m.sum().clamp(min=1))
         _acc(stats_acc, "loss/policy", pg_loss.detach() * len(plan))
         if not (_finite(loss) and _finite(logp)):
             ok = False
@@ -529,11 +527,9 @@ def plot_rewards(history: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def run(cfg: Config, *, loss_sign: float = 1.0, reward_fn=None, problems=None) -> int:
-    """Run training as configured; returns the process exit code.
-
-    ``problems`` (a list of :class:`mathrl.data.Problem`) and ``reward_fn`` (see :func:`train_step`)
-    let a script train on its own task; by default both come from the config."""
+def prepare_run(cfg: Config) -> tuple[DistInfo, Path]:
+    """Process group, batch-size checks, the run folder with its resolved config; removes checkpoints
+    half-written by a crash. Shared by every training method (RL here, SFT/RFT in mathrl.ablate)."""
     dist = init_distributed()
     _check_batching(cfg, dist)
     out = Path(cfg.train.output_dir)
@@ -541,6 +537,15 @@ def run(cfg: Config, *, loss_sign: float = 1.0, reward_fn=None, problems=None) -
         out.mkdir(parents=True, exist_ok=True)
         (out / "config.yaml").write_text(dump_yaml(cfg))
         ckpt.clean_temporaries(out)
+    return dist, out
+
+
+def run(cfg: Config, *, loss_sign: float = 1.0, reward_fn=None, problems=None) -> int:
+    """Run training as configured; returns the process exit code.
+
+    ``problems`` (a list of :class:`mathrl.data.Problem`) and ``reward_fn`` (see :func:`train_step`)
+    let a script train on its own task; by default both come from the config."""
+    dist, out = prepare_run(cfg)
     custom_task = problems is not None
     problems = problems if custom_task else load_training_problems(cfg)
     eval_problems: list = []
