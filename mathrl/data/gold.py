@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 import re
 
+from mathrl.latex import matching_brace
+
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 _INT_RE = re.compile(r"[+-]?\d+")
 _THOUSANDS_RE = re.compile(r"[+-]?\d{1,3}(,\d{3})+(\.\d+)?")
@@ -23,28 +25,10 @@ _GSM8K_MARKER = "####"
 
 
 def _balanced_group(text: str, start: int) -> int | None:
-    """Index just past the brace group opening at ``text[start] == '{'``.
-
-    A backslash escapes the next character, so ``\\{`` and ``\\}`` (literal
-    braces in LaTeX) and ``\\\\`` do not change the depth. Returns ``None`` when
-    the group is not closed before the end of ``text``.
-    """
-    depth = 0
-    i = start
-    n = len(text)
-    while i < n:
-        ch = text[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return i + 1
-        i += 1
-    return None
+    """Index just past the brace group opening at ``text[start] == '{'``, or ``None`` when the
+    group is not closed (escaped braces do not count; see :func:`mathrl.latex.matching_brace`)."""
+    j = matching_brace(text, start)
+    return None if j < 0 else j + 1
 
 
 def _find_box_commands(text: str) -> list[tuple[int, int]]:

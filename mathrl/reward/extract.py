@@ -32,6 +32,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from mathrl.latex import matching_brace  # noqa: F401  (re-exported: part of this module's API)
+
 __all__ = ["Extraction", "extract_answer", "find_boxed", "matching_brace"]
 
 MAX_SCAN_CHARS = 400_000  # responses longer than this are only scanned in their last part
@@ -49,26 +51,6 @@ class Extraction:
     answer: str | None
     source: str
     hedged: bool = False
-
-
-def matching_brace(text: str, open_pos: int) -> int:
-    """Index of the ``}`` closing the ``{`` at ``open_pos`` (escaped ``\\{`` ignored), or -1."""
-    depth = 0
-    i = open_pos
-    n = len(text)
-    while i < n:
-        c = text[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    return -1
 
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*(\{)?")

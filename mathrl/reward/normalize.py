@@ -23,6 +23,8 @@ import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from mathrl.latex import matching_brace
+
 __all__ = [
     "Scalar",
     "Seq",
@@ -164,21 +166,8 @@ def _brace_arg(s: str, i: int) -> tuple[str, int] | None:
     """If s[i] == '{', return (content, index after closing brace)."""
     if i >= len(s) or s[i] != "{":
         return None
-    depth = 0
-    j = i
-    while j < len(s):
-        c = s[j]
-        if c == "\\":
-            j += 2
-            continue
-        if c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-            if depth == 0:
-                return s[i + 1 : j], j + 1
-        j += 1
-    return None
+    j = matching_brace(s, i)
+    return None if j < 0 else (s[i + 1 : j], j + 1)
 
 
 def _unwrap_commands(s: str, names: tuple[str, ...], sep: str = "") -> str:
