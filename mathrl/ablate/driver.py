@@ -35,6 +35,7 @@ from typing import Any, Callable
 from mathrl.ablate.methods import Task, run_method
 from mathrl.ablate.study import RunSpec, Study, base_config, load_study, run_config
 from mathrl.config import Config
+from mathrl.eval.cli import powers_up_to
 
 __all__ = ["run_study", "print_commands", "eval_settings", "DONE", "TRAINED"]
 
@@ -67,21 +68,12 @@ def _write_json(path: Path, obj: Any) -> None:
     tmp.replace(path)
 
 
-def _powers_up_to(n: int) -> list[int]:
-    ks = [1]
-    while ks[-1] * 2 <= n:
-        ks.append(ks[-1] * 2)
-    if ks[-1] != n:
-        ks.append(n)
-    return ks
-
-
 def eval_settings(cfg: Config):
     """The evaluation settings of a run: the config's, with K = powers of two up to eval.n (plus eval.k)."""
     from mathrl.eval.cli import settings_from_config
 
     s = settings_from_config(cfg)
-    ks = tuple(sorted(set(_powers_up_to(cfg.eval.n)) | set(cfg.eval.k)))
+    ks = tuple(sorted(set(powers_up_to(cfg.eval.n)) | set(cfg.eval.k)))
     return dataclasses.replace(s, ks=ks)
 
 

@@ -89,7 +89,8 @@ def _parse_k(text: str) -> list[int]:
     return ks
 
 
-def _powers_up_to(n: int) -> list[int]:
+def powers_up_to(n: int) -> list[int]:
+    """The default k list for n samples: 1, 2, 4, ... up to n, and n itself."""
     ks = [1]
     while ks[-1] * 2 <= n:
         ks.append(ks[-1] * 2)
@@ -143,7 +144,7 @@ def resolve(args: argparse.Namespace):
         n = int([o for o in overrides if o.startswith("eval.n=")][-1].split("=", 1)[1])
         probe = load_config(args.config, [o for o in overrides if not o.startswith("eval.n=")] + ["eval.n=1000000"])
         if any(k > n for k in probe.eval.k):
-            overrides.append(f"eval.k={','.join(str(k) for k in _powers_up_to(n))}")
+            overrides.append(f"eval.k={','.join(str(k) for k in powers_up_to(n))}")
     cfg = load_config(args.config, overrides)
     return cfg, suite
 
