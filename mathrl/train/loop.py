@@ -570,7 +570,8 @@ def run(cfg: Config, *, loss_sign: float = 1.0, reward_fn=None, problems=None) -
     rollout = make_rollout(cfg, models)
     try:
         sync_weights(rollout, models.policy)
-        before = {}
+        before: dict = {}
+        last_eval: tuple[int, dict] = (-1, {})
         if dist.is_main and eval_problems and state.step == 0:
             before = evaluate(rollout, eval_problems, cfg, out_dir=out / "eval" / "step_000000")
             logger.log(0, before, event="eval")
@@ -588,15 +589,19 @@ def run(cfg: Config, *, loss_sign: float = 1.0, reward_fn=None, problems=None) -
             if cfg.train.save_every and state.step % cfg.train.save_every == 0:
                 save_checkpoint(cfg, dist, models, state)
             if dist.is_main and cfg.eval.every and state.step % cfg.eval.every == 0 and eval_problems:
-                logger.log(state.step, evaluate(rollout, eval_problems, cfg,
-                                                out_dir=out / "eval" / ckpt.step_dirname(state.step)), event="eval")
+                last_eval = (state.step, evaluate(rollout, eval_problems, cfg,
+                                                  out_dir=out / "eval" / ckpt.step_dirname(state.step)))
+                logger.log(state.step, last_eval[1], event="eval")
         if not ckpt.list_checkpoints(out) or ckpt.list_checkpoints(out)[-1][0] != state.step:
             save_checkpoint(cfg, dist, models, state)
         if dist.is_main:
-            after = evaluate(rollout, eval_problems, cfg, out_dir=out / "eval" / ckpt.step_dirname(state.step)) \
-                if eval_problems else {}
-            if after:
-                logger.log(state.step, after, event="eval")
+            if last_eval[0] == state.step:  # the periodic evaluation of the last step is the final one
+                after = last_eval[1]
+            else:
+                after = evaluate(rollout, eval_problems, cfg, out_dir=out / "eval" / ckpt.step_dirname(state.step)) \
+                    if eval_problems else {}
+                if after:
+                    logger.log(state.step, after, event="eval")
             _report(out, before, after)
     finally:
         logger.close()

@@ -43,7 +43,7 @@ def test_grpo_e2e_with_verifier(tiny_model_dir, tmp_path):
     cfg = load_config("configs/demo.yaml", [
         f"model.name={tiny_model_dir}", "rollout.backend=hf", "rollout.max_tokens=8", "rollout.n=4",
         "train.batch_size=2", "train.steps=2", "data.eval_limit=2", "eval.n=2", "eval.k=1,2", "eval.max_tokens=8",
-        f"train.output_dir={out}", *QUIET])
+        "eval.every=1", f"train.output_dir={out}", *QUIET])
     assert run(cfg) == 0
     steps = _steps(out)
     assert [s["step"] for s in steps] == [1, 2]
@@ -53,7 +53,10 @@ def test_grpo_e2e_with_verifier(tiny_model_dir, tmp_path):
             assert key in s, key
         assert s["tokens"] > 0 and s["reward/zero_variance_groups"] <= 1.0
     evals = [m for m in read_metrics(out / "metrics.jsonl") if m.get("event") == "eval"]
-    assert [e["step"] for e in evals] == [0, 2] and "pass@2" in evals[0]
+    # before training, then every step (eval.every=1); the last periodic one doubles as the final one
+    assert [e["step"] for e in evals] == [0, 1, 2]
+    assert all("pass@1" in e and "pass@2" in e and "maj@2" in e and "greedy" in e for e in evals)
+    assert (out / "eval" / "step_000001" / "heldout" / "samples.jsonl").is_file()
     (step, folder), = ckpt.list_checkpoints(out)
     assert step == 2 and (folder / "policy" / "config.json").is_file()
     from transformers import AutoModelForCausalLM
