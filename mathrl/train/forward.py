@@ -128,16 +128,7 @@ def response_logits(model, mb: MicroBatch) -> Tensor:
         out = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids,
                     use_cache=False, logits_to_keep=mb.T + 1)
         return out.logits[:, :-1]  # positions P-1 .. P+T-2 predict response tokens 0 .. T-1
-    from transformers import DynamicCache
-
-    P = mb.P
-    cache = DynamicCache(config=_unwrap(model).config)
-    kw = _cache_kw(model)
-    first = model(input_ids=mb.input_ids[::g, :P], attention_mask=mb.attention_mask[::g, :P],
-                  position_ids=mb.position_ids[::g, :P], use_cache=True, logits_to_keep=1, **{kw: cache})
-    cache.batch_repeat_interleave(g)  # differentiable: gradients of all G responses reach the prompt
-    rest = model(input_ids=mb.input_ids[:, P:], attention_mask=mb.attention_mask,
-                 position_ids=mb.position_ids[:, P:], use_cache=True, **{kw: cache})
+    first, rest = _shared_prompt_pass(_KwCache(model), mb, {"logits_to_keep": 1})
     return torch.cat([first.logits[:, -1:].repeat_interleave(g, 0), rest.logits[:, :-1]], 1)
 
 
@@ -151,11 +142,53 @@ def policy_forward(model, mb: MicroBatch, *, temperature: float = 1.0, with_entr
     return logprobs_from_logits(logits, mb.response_ids, mask=mb.response_mask, temperature=temperature), None
 
 
+def _shared_prompt_pass(model, mb: MicroBatch, kw: dict):
+    """Run each group's prompt once, repeat its cache G times (differentiably), then the responses.
+    Returns the two model outputs (prompt rows, response rows)."""
+    from transformers import DynamicCache
+
+    g, P = mb.group_size, mb.P
+    cache = DynamicCache(config=_unwrap(model).config)
+    first = model(input_ids=mb.input_ids[::g, :P], attention_mask=mb.attention_mask[::g, :P],
+                  position_ids=mb.position_ids[::g, :P], use_cache=True, **kw, cache_kw=cache)
+    cache.batch_repeat_interleave(g)  # gradients of all G responses reach the prompt
+    rest = model(input_ids=mb.input_ids[:, P:], attention_mask=mb.attention_mask,
+                 position_ids=mb.position_ids[:, P:], use_cache=True, cache_kw=cache)
+    return first, rest
+
+
 def value_forward(critic, mb: MicroBatch) -> Tensor:
-    """Values ``[n, T]`` of the states before each response token (0 at padding)."""
-    v = critic(mb.input_ids, mb.attention_mask, mb.position_ids)
-    v = v[:, mb.P - 1: mb.P - 1 + mb.T]
+    """Values ``[n, T]`` of the states before each response token (0 at padding).
+
+    With whole groups (``group_size > 1``) the backbone runs each prompt once, as in
+    :func:`response_logits`; the value of the state before response token 0 comes from the prompt's
+    last position."""
+    g = mb.group_size
+    if g == 1 or _checkpointing(critic):
+        v = critic(mb.input_ids, mb.attention_mask, mb.position_ids)
+        v = v[:, mb.P - 1: mb.P - 1 + mb.T]
+    else:
+        m = _unwrap(critic)
+        backbone = _KwCache(m.backbone)
+        first, rest = _shared_prompt_pass(backbone, mb, {})
+        hidden = torch.cat([first.last_hidden_state[:, -1:].repeat_interleave(g, 0),
+                            rest.last_hidden_state[:, :-1]], 1)
+        v = m.value_head(hidden).squeeze(-1).float()
     return torch.where(mb.response_mask, v, torch.zeros_like(v))
+
+
+class _KwCache:
+    """Calls ``model`` passing ``cache_kw=`` under the name its forward uses (``cache`` or
+    ``past_key_values``, depending on the transformers version)."""
+
+    def __init__(self, model):
+        self.model = model
+        self.kw = _cache_kw(model)
+        self.config = _unwrap(model).config
+        self.module = _unwrap(model)
+
+    def __call__(self, *, cache_kw, **kwargs):
+        return self.model(**kwargs, **{self.kw: cache_kw})
 
 
 def scatter_rows(full: Tensor, mb: MicroBatch, values: Tensor) -> None:
@@ -177,10 +210,10 @@ def batch_logprobs(model, prompt_ids, prompt_mask, response_ids, response_mask, 
 
 @torch.no_grad()
 def batch_values(critic, prompt_ids, prompt_mask, response_ids, response_mask, *, token_budget: int,
-                 device) -> Tensor:
+                 device, group_size: int = 1) -> Tensor:
     """Critic values ``[N, T]`` (no grad), micro-batched."""
     full = torch.zeros(response_ids.shape, dtype=torch.float32)
-    for rows in plan_micro_batches(prompt_mask, response_mask, token_budget):
-        mb = make_micro_batch(prompt_ids, prompt_mask, response_ids, response_mask, rows, device)
+    for rows in plan_micro_batches(prompt_mask, response_mask, token_budget, group_size=group_size):
+        mb = make_micro_batch(prompt_ids, prompt_mask, response_ids, response_mask, rows, device, group_size)
         scatter_rows(full, mb, value_forward(critic, mb))
     return full

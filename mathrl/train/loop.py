@@ -326,7 +326,7 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
     t0 = time.perf_counter()
     values = None
     if models.critic is not None:
-        values = batch_values(models.critic.module, pids, pmask, rids, mask, **fwd)
+        values = batch_values(models.critic.module, pids, pmask, rids, mask, group_size=gs, **fwd)
     times["values_forward"] = time.perf_counter() - t0
 
     # 5. advantages
@@ -436,7 +436,8 @@ def _update_critic(cfg, dist, models, batch, plan, mask, old_values, returns, no
     engine.train()
     ok = True
     for rows in plan:
-        mb = make_micro_batch(batch.prompt_ids, batch.prompt_mask, batch.response_ids, mask, rows, device())
+        mb = make_micro_batch(batch.prompt_ids, batch.prompt_mask, batch.response_ids, mask, rows, device(),
+                              group_share(cfg))
         v = value_forward(engine, mb)
         m = mb.response_mask
         loss, st = value_loss(v, old_values[rows, : mb.T].to(v.device), returns[rows, : mb.T].to(v.device), m,

@@ -56,3 +56,27 @@ def test_plan_respects_budget_and_groups():
     assert len(big) == 8
     sub = plan_micro_batches(pmask, rmask, 100, rows=torch.tensor([4, 5, 6, 7]), group_size=2)
     assert [p.tolist() for p in sub] == [[4, 5, 6, 7]]
+
+
+def test_shared_prompt_values_match_plain(tiny_model):
+    from mathrl.models.value_head import ValueModel
+    from mathrl.train.forward import value_forward
+
+    critic = ValueModel.from_causal_lm(tiny_model).train()
+    torch.nn.init.normal_(critic.value_head.weight, std=0.1)  # a zero head would hide backbone gradients
+    pids, pmask, rids, rmask = _batch(tiny_model.config.vocab_size, seed=1)
+    rows = torch.arange(12)
+    results = []
+    for gs in (1, 4):
+        critic.zero_grad()
+        mb = make_micro_batch(pids, pmask, rids, rmask.bool(), rows, "cpu", gs)
+        v = value_forward(critic, mb)
+        (v ** 2).sum().backward()
+        grads = {n: p.grad.clone() for n, p in critic.named_parameters() if p.grad is not None}
+        results.append((v.detach(), grads))
+    (v1, g1), (v4, g4) = results
+    torch.testing.assert_close(v4, v1, atol=1e-5, rtol=1e-5)
+    assert (v1[~rmask.bool()] == 0).all()
+    assert g1.keys() == g4.keys() and any("backbone" in k for k in g1)
+    for k in g1:
+        torch.testing.assert_close(g4[k], g1[k], atol=1e-5, rtol=1e-4, msg=k)

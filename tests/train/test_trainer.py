@@ -69,7 +69,7 @@ def test_ppo_e2e_critic_and_gae(tiny_model_dir, tmp_path):
     out = tmp_path / "ppo"
     cfg = load_config("configs/demo.yaml", [
         f"model.name={tiny_model_dir}", "algo.name=ppo", "algo.ppo_epochs=2", "train.mini_batch_size=2",
-        "rollout.backend=hf", "rollout.max_tokens=8", "rollout.n=1", "train.batch_size=4", "train.steps=2",
+        "rollout.backend=hf", "rollout.max_tokens=8", "rollout.n=2", "train.batch_size=4", "train.steps=2",
         "data.eval_limit=2", "eval.n=2", "eval.k=1,2", "eval.max_tokens=8", f"train.output_dir={out}", *QUIET])
     assert cfg.advantage == "gae" and cfg.kl_in == "reward"
     assert run(cfg) == 0
