@@ -48,10 +48,6 @@ class MicroBatch:
     T: int
     group_size: int = 1
 
-    @property
-    def num_tokens(self) -> int:
-        return int(self.response_mask.sum())
-
 
 def plan_micro_batches(prompt_mask: Tensor, response_mask: Tensor, token_budget: int,
                        rows: Tensor | None = None, group_size: int = 1) -> list[Tensor]:

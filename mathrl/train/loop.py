@@ -26,7 +26,7 @@ import hashlib
 import json
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -125,7 +125,6 @@ class Models:
 class State:
     step: int = 0
     bad_steps: int = 0
-    history: list[dict] = field(default_factory=list)
 
 
 def _seed_all(seed: int) -> None:

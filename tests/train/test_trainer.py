@@ -138,8 +138,10 @@ def test_world_size_two_equals_one(digit_model_dir, tmp_path):
     outs = {}
     for ws in (1, 2):
         out = tmp_path / f"ws{ws}.pt"
+        from mathrl.train.engines import _free_port  # a port the OS just handed out, not a guessed one
+
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ws), "--master_port",
-               str(29500 + ws + os.getpid() % 1000), str(script), str(digit_model_dir), str(out)]
+               str(_free_port()), str(script), str(digit_model_dir), str(out)]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
         outs[ws] = torch.load(out, weights_only=True)
