@@ -119,6 +119,9 @@ class AlgoConfig:
                             "reference model is loaded.", ge=0.0)
     kl_estimator: Literal["k1", "k2", "k3"] = option("k3", "KL estimator (k3 is DeepSeekMath's, unbiased "
                                                      "and non-negative).")
+    ref_update_every: int = option(0, "Iterative RL (DeepSeekMath sec. 4.2): every N steps the reference model "
+                                   "is reset to the current policy, so the KL anchors to the latest iterate "
+                                   "instead of the initial model. 0 = never. Needs algo.kl_coef > 0.", ge=0)
     kl_in: Literal["auto", "loss", "reward"] = option("auto", "Where the KL goes; auto = loss for grpo, "
                                                       "reward (per token) for ppo.")
     clip_low: float = option(0.2, "PPO ratio clip below 1 (epsilon).", ge=0.0, lt=1.0)
@@ -438,6 +441,9 @@ def validate(cfg: Config) -> None:
     if cfg.advantage in ("grpo", "dr_grpo", "rloo") and cfg.rollout.n < 2:
         raise ConfigError(f"rollout.n = {cfg.rollout.n}: the '{cfg.advantage}' advantage compares samples "
                           "within a group, so it needs rollout.n >= 2")
+    if cfg.algo.ref_update_every and cfg.algo.kl_coef == 0:
+        raise ConfigError(f"algo.ref_update_every = {cfg.algo.ref_update_every}: resetting the reference model only "
+                          "matters with a KL term; set algo.kl_coef > 0 or algo.ref_update_every = 0")
     mb = cfg.train.mini_batch_size
     if mb is not None and (mb > cfg.train.batch_size or cfg.train.batch_size % mb):
         raise ConfigError(f"train.mini_batch_size = {mb}: must divide train.batch_size = {cfg.train.batch_size}")

@@ -13,9 +13,12 @@ Study folder layout::
     <out>/accuracy_curve.png           accuracy over training steps, per run
     <out>/maj_pass_at_k.png            Maj@K and Pass@K vs K before and after (DeepSeekMath Fig. 7 form)
 
-Resume: a run with ``DONE.json`` is skipped; one with ``trained.json`` only is evaluated again; any
-other existing run folder is a stopped run and is deleted and redone from step 0. Evaluation settings
-come from each run's ``eval.*`` (K = powers of two up to ``eval.n``, plus ``eval.k``).
+Resume: a run with ``DONE.json`` is skipped; one with ``trained.json`` only is evaluated again; a
+stopped run with a complete checkpoint continues from it (``train.resume=auto``: weights, optimizer,
+step; offline RFT also its samples of the initial model), and one without any checkpoint is deleted
+and redone from step 0. ``train.save_every`` sets how much a stop can cost. A run's wall time adds
+up its attempts (``attempts.json``; a stopped attempt counts until its last metrics record).
+Evaluation settings come from each run's ``eval.*`` (K = powers of two up to ``eval.n``, plus ``eval.k``).
 """
 
 from __future__ import annotations
@@ -147,6 +150,47 @@ def _tokens(records: list[dict]) -> float:
                      if r.get("event") in (None, "rft_sampling") and isinstance(r.get("tokens", 0.0), (int, float))))
 
 
+# config keys that do not change what a run computes: a finished run stays valid when only these change
+RESULT_NEUTRAL = ("train.resume", "train.save_every", "train.keep_last", "logging.")
+
+
+def result_config(cfg_dict: dict) -> dict:
+    """The config as recorded in DONE.json, less the keys that cannot change the result."""
+    out: dict = {}
+    for section, fields in json.loads(json.dumps(cfg_dict, default=str)).items():
+        if not isinstance(fields, dict):
+            out[section] = fields
+            continue
+        kept = {k: v for k, v in fields.items()
+                if not any(f"{section}.{k}" == n or (n.endswith(".") and f"{section}.".startswith(n))
+                           for n in RESULT_NEUTRAL)}
+        if kept:
+            out[section] = kept
+    return out
+
+
+def _attempts_wall(run_dir: Path, *, start: float | None = None, end: float | None = None) -> float:
+    """Record an attempt's start or end in ``attempts.json``; return the summed wall time of all attempts.
+
+    An attempt that never recorded its end (the process was stopped) ends at the last write of its
+    ``metrics.jsonl`` (or counts zero if there is none)."""
+    path = run_dir / "attempts.json"
+    attempts: list[dict] = json.loads(path.read_text()) if path.is_file() else []
+    metrics = run_dir / "metrics.jsonl"
+    for a in attempts:
+        if a.get("end") is None and (start is not None or a is not attempts[-1]):
+            a["end"] = max(a["start"], metrics.stat().st_mtime) if metrics.is_file() else a["start"]
+            a["stopped"] = True
+    if start is not None:
+        attempts.append({"start": start, "end": None})
+    if end is not None and attempts:
+        attempts[-1]["end"] = end
+    if _is_main():
+        run_dir.mkdir(parents=True, exist_ok=True)
+        _write_json(path, attempts)
+    return sum((a["end"] or a["start"]) - a["start"] for a in attempts)
+
+
 def _free_memory() -> None:
     gc.collect()
     try:
@@ -168,7 +212,7 @@ def run_one(study: Study, run: RunSpec, task: Task, *, log: Log = _log) -> dict:
     if done.is_file():
         rec = json.loads(done.read_text())
         log(f"[ablate] {run.name}: complete ({done}); skipped")
-        if rec.get("config") not in (None, json.loads(json.dumps(cfg.to_dict(), default=str))):
+        if rec.get("config") is not None and result_config(rec["config"]) != result_config(cfg.to_dict()):
             log(f"[ablate] {run.name}: warning: the study now gives this run another config than the one it ran "
                 f"with; delete {run_dir} to redo it")
         return rec
@@ -177,14 +221,21 @@ def run_one(study: Study, run: RunSpec, task: Task, *, log: Log = _log) -> dict:
         trained = json.loads(trained_path.read_text())
         log(f"[ablate] {run.name}: training had finished; evaluating again")
     else:
-        if run_dir.exists() and _is_main():
-            log(f"[ablate] {run.name}: {run_dir} holds a stopped run; redoing it from step 0")
+        from mathrl.train import checkpoint as ckpt
+
+        saved = ckpt.list_checkpoints(run_dir) if run_dir.exists() else []
+        if saved:
+            log(f"[ablate] {run.name}: {run_dir} holds a stopped run; resuming from its checkpoint of step "
+                f"{saved[-1][0]}")
+            cfg.train.resume = "auto"
+        elif run_dir.exists() and _is_main():
+            log(f"[ablate] {run.name}: {run_dir} holds a stopped run without a checkpoint; redoing it from step 0")
             shutil.rmtree(run_dir)
         _barrier()
         log(f"[ablate] {run.name}: training ({run.method}, {cfg.train.steps} steps) -> {run_dir}")
-        t0 = time.time()
+        _attempts_wall(run_dir, start=time.time())
         run_method(run.method, cfg, rft_opts=run.rft, task=task)
-        wall = time.time() - t0
+        wall = _attempts_wall(run_dir, end=time.time())
         _free_memory()
         trained = {"wall_train_s": round(wall, 2), "tokens": _tokens(_read_metrics(run_dir))}
         if _is_main():
@@ -214,7 +265,7 @@ def run_one(study: Study, run: RunSpec, task: Task, *, log: Log = _log) -> dict:
                   "wall_train_s": trained["wall_train_s"], "wall_eval_s": round(time.time() - t0, 2),
                   "tokens": trained["tokens"], "eval_problems": next(iter(after["benchmarks"].values()))["problems"],
                   "eval_settings": after["settings"], "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                  "config": json.loads(json.dumps(cfg.to_dict(), default=str))}
+                  "config": result_config(cfg.to_dict())}
         _write_json(done, record)
         log(f"[ablate] {run.name}: done (train {trained['wall_train_s']:.0f} s, eval {record['wall_eval_s']:.0f} s)")
     _barrier()
@@ -263,7 +314,7 @@ def _run_in_worker(study: Study, run: RunSpec, log: Log) -> None:
     rc = subprocess.run(cmd, env={**env, CHILD_ENV: "1"}).returncode
     if rc != 0:
         raise AblationError(f"run {run.name!r} of {study.path} failed (exit status {rc}); finished runs are kept: "
-                            f"run the same command again to resume (the stopped run restarts from step 0)")
+                            f"run the same command again to resume (the stopped run continues from its last checkpoint)")
 
 
 def run_study(study_path: str | Path | Study, *, out: str | Path | None = None, only: list[str] | None = None,

@@ -102,6 +102,41 @@ def sample_and_filter(cfg: Config, dist, models, rollout, problems: list, step: 
     return data, stats
 
 
+def _pool_file(out, rank: int):
+    from pathlib import Path
+
+    return Path(out) / f"rft_pool.rank{rank}.safetensors"
+
+
+def save_pool(path, pool: list[tuple[dict, dict]]) -> None:
+    """Offline RFT's kept samples (one rank's share), so that a resumed run trains on the samples of
+    the *initial* model rather than resampling from the partly trained one. Written atomically."""
+    import json
+    import os
+
+    from safetensors.torch import save_file
+
+    tensors = {f"{s}.{k}": v.contiguous() for s, (data, _) in enumerate(pool) for k, v in data.items()}
+    tmp = path.with_name(path.name + ".tmp")
+    save_file(tensors, str(tmp), metadata={"stats": json.dumps([st for _, st in pool]), "steps": str(len(pool))})
+    os.replace(tmp, path)
+
+
+def load_pool(path) -> list[tuple[dict, dict]]:
+    import json
+
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as fh:
+        meta = fh.metadata()
+        stats = json.loads(meta["stats"])
+        pool: list[tuple[dict, dict]] = [({}, st) for st in stats]
+        for key in fh.keys():
+            s, name = key.split(".", 1)
+            pool[int(s)][0][name] = fh.get_tensor(key)
+    return pool
+
+
 def run_sft_method(cfg: Config, *, online: bool, dedup: bool = True, max_per_problem: int | None = None,
                    problems: list | None = None, reward_fn=None) -> int:
     """Offline (``online=False``) or online RFT into ``cfg.train.output_dir``; returns 0.
@@ -110,11 +145,15 @@ def run_sft_method(cfg: Config, *, online: bool, dedup: bool = True, max_per_pro
     ``rft_sampling`` event with the up-front sampling's statistics) and checkpoints in the trainer's
     layout (every ``train.save_every`` steps and at the end), so the evaluation of every method reads
     the same files.
+
+    Resume (``train.resume``): weights, optimizer and step come from the checkpoint; offline RFT
+    reloads its samples of the initial model from ``rft_pool.rank<R>.safetensors``.
     """
     from mathrl.train import checkpoint as ckpt
     from mathrl.train.engines import device
-    from mathrl.train.loop import (State, build_models, load_training_problems, make_rollout, prepare_run,
-                                   save_checkpoint, sync_weights)
+    from mathrl.config import ConfigError
+    from mathrl.train.loop import (State, TrainingError, build_models, load_checkpoint, load_training_problems,
+                                   make_rollout, prepare_run, save_checkpoint, sync_weights)
     from mathrl.train.metrics import MetricsLogger
     from mathrl.train.sft import sft_train_step
 
@@ -122,15 +161,30 @@ def run_sft_method(cfg: Config, *, online: bool, dedup: bool = True, max_per_pro
     problems = problems if problems is not None else load_training_problems(cfg)
     models = build_models(cfg, dist, cfg.train.steps)
     state = State()
+    try:
+        resume_from = ckpt.find_resume(out, cfg.train.resume)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if resume_from is not None:
+        load_checkpoint(resume_from, models, state)
+        if dist.is_main:
+            print(f"mathrl: resumed from {resume_from} (step {state.step})", flush=True)
     logger = MetricsLogger(out, enabled=dist.is_main, tensorboard=cfg.logging.tensorboard, wandb=cfg.logging.wandb,
-                           wandb_project=cfg.logging.wandb_project, config=cfg.to_dict(), resume_step=None,
+                           wandb_project=cfg.logging.wandb_project, config=cfg.to_dict(),
+                           resume_step=state.step if resume_from is not None else None,
                            total_steps=cfg.train.steps, console=cfg.logging.console, log_every=cfg.logging.log_every)
     rollout = make_rollout(cfg, models)
     opts: dict[str, Any] = dict(dedup=dedup, max_per_problem=max_per_problem, reward_fn=reward_fn)
     try:
         sync_weights(rollout, models.policy)
         pool: list[tuple[dict, dict]] = []
-        if not online:  # sample once, from the initial policy
+        pool_file = _pool_file(out, dist.rank)
+        if not online and pool_file.is_file() and resume_from is not None:
+            pool = load_pool(pool_file)
+        elif not online and state.step > 0:
+            raise TrainingError(f"{out}: resuming offline RFT at step {state.step}, but its samples of the initial "
+                                f"model ({pool_file}) are missing; delete {out} to redo the run")
+        elif not online:  # sample once, from the initial policy
             t0 = time.perf_counter()
             pool = [sample_and_filter(cfg, dist, models, rollout, problems, s, **opts) for s in range(cfg.train.steps)]
             n_kept = sum(st["rft/kept"] for _, st in pool)
@@ -138,6 +192,7 @@ def run_sft_method(cfg: Config, *, online: bool, dedup: bool = True, max_per_pro
             logger.log(0, {"rft/kept_total": n_kept, "tokens": n_all, "time/sampling": time.perf_counter() - t0,
                            "reward/accuracy": sum(st["reward/accuracy"] for _, st in pool) / max(1, len(pool))},
                        event="rft_sampling")
+            save_pool(pool_file, pool)
         while state.step < cfg.train.steps:
             t_step = time.perf_counter()
             if online:
@@ -166,8 +221,6 @@ def run_sft_method(cfg: Config, *, online: bool, dedup: bool = True, max_per_pro
             state.bad_steps = state.bad_steps + 1 if sft["bad_step"] else 0
             logger.log(state.step, stats)
             if state.bad_steps >= cfg.train.max_bad_steps:
-                from mathrl.train.loop import TrainingError
-
                 raise TrainingError(f"step {state.step}: {state.bad_steps} consecutive SFT steps had NaN/inf "
                                     "losses or gradients; lower train.lr")
             if cfg.train.save_every and state.step % cfg.train.save_every == 0:

@@ -174,3 +174,31 @@ def build_inference_engine(module: torch.nn.Module, *, stage: int, dtype: torch.
     engine, *_ = deepspeed.initialize(model=module, config=config)
     engine.eval()
     return engine
+
+
+@torch.no_grad()
+def copy_weights(dst: torch.nn.Module, named_tensors) -> int:
+    """Copy ``(name, full_tensor)`` pairs into ``dst`` (a plain module or a ZeRO-3 engine); returns the count.
+
+    Names are Hugging Face parameter names (no ``module.`` prefix). A ZeRO-3 parameter is gathered,
+    overwritten on rank 0 and re-partitioned (``modifier_rank=0``), one parameter at a time. Every name
+    of ``dst`` must be given exactly once (a missing or extra name is an error, not a silent skip).
+    """
+    target = getattr(dst, "module", dst)
+    params = dict(target.named_parameters())
+    seen = 0
+    for name, tensor in named_tensors:
+        if name not in params:
+            raise KeyError(f"parameter {name!r} is not in the target model")
+        p = params[name]
+        if hasattr(p, "ds_id"):
+            import deepspeed
+
+            with deepspeed.zero.GatheredParameters([p], modifier_rank=0):
+                p.data.copy_(tensor.to(p.dtype))
+        else:
+            p.data.copy_(tensor.to(device=p.device, dtype=p.dtype))
+        seen += 1
+    if seen != len(params):
+        raise KeyError(f"{len(params) - seen} parameters of the target model were not given")
+    return seen

@@ -13,7 +13,9 @@ or nowhere), and whether a critic exists. Per step:
 5. advantages from the registry;
 6. for each PPO epoch and mini-batch: token-budgeted micro-batches, loss with the
    *global* normalisers of the mini-batch, backward; one optimizer step;
-7. push the new weights to the rollout engine; log; checkpoint.
+7. push the new weights to the rollout engine; log; checkpoint;
+8. iterative RL (``algo.ref_update_every = N``): every N steps the reference
+   model becomes a copy of the current policy (DeepSeekMath sec. 4.2).
 
 Exact resume: the data order, sampling seeds and mini-batch shuffles are pure
 functions of (seed, step, rank), so a checkpoint needs only weights, optimizer,
@@ -37,8 +39,8 @@ from mathrl.algo import kl as kl_mod
 from mathrl.algo.losses import agg_loss, global_normalizers, policy_loss, value_loss
 from mathrl.config import Config, ConfigError, dump_yaml
 from mathrl.train import checkpoint as ckpt
-from mathrl.train.engines import (DistInfo, build_engine, build_inference_engine, device, init_distributed,
-                                  resolve_dtype)
+from mathrl.train.engines import (DistInfo, build_engine, build_inference_engine, copy_weights, device,
+                                  init_distributed, resolve_dtype)
 from mathrl.train.forward import (batch_logprobs, batch_values, make_micro_batch, plan_micro_batches,
                                   policy_forward, value_forward)
 from mathrl.train.metrics import MetricsLogger
@@ -125,6 +127,7 @@ class Models:
 class State:
     step: int = 0
     bad_steps: int = 0
+    ref_step: int = 0           # the policy step the reference model is a copy of (iterative RL)
 
 
 def _seed_all(seed: int) -> None:
@@ -174,6 +177,17 @@ def _full_state_dict(engine) -> dict[str, torch.Tensor]:
     return engine.module.state_dict()
 
 
+def _iterative(cfg: Config, models: Models) -> bool:
+    return bool(cfg.algo.ref_update_every) and models.ref is not None
+
+
+def reset_reference(models: Models) -> int:
+    """Iterative RL: make the reference model a copy of the current policy (ZeRO-3: shard by shard)."""
+    from mathrl.rollout import iter_full_parameters
+
+    return copy_weights(models.ref, iter_full_parameters(models.policy.module))
+
+
 def save_checkpoint(cfg: Config, dist: DistInfo, models: Models, state: State) -> Path | None:
     import torch.distributed as tdist
 
@@ -183,6 +197,11 @@ def save_checkpoint(cfg: Config, dist: DistInfo, models: Models, state: State) -
     tdist.barrier()
     policy_sd = _full_state_dict(models.policy)
     critic_sd = _full_state_dict(models.critic) if models.critic is not None else None
+    ref_sd = None
+    if _iterative(cfg, models) and state.ref_step > 0:  # at ref_step 0 the reference is the initial model
+        from mathrl.rollout import iter_full_parameters
+
+        ref_sd = {n: t.contiguous().clone() for n, t in iter_full_parameters(getattr(models.ref, "module", models.ref))}
     models.policy.save_checkpoint(str(tmp / "ds_policy"), tag="state")
     if models.critic is not None:
         models.critic.save_checkpoint(str(tmp / "ds_critic"), tag="state")
@@ -192,7 +211,13 @@ def save_checkpoint(cfg: Config, dist: DistInfo, models: Models, state: State) -
         models.tokenizer.save_pretrained(str(tmp / "policy"))
         if critic_sd is not None:
             models.critic.module.save_pretrained(tmp / "critic", state_dict=critic_sd)
+        if ref_sd is not None:
+            from safetensors.torch import save_file
+
+            (tmp / "ref").mkdir()
+            save_file(ref_sd, str(tmp / "ref" / "model.safetensors"), metadata={"ref_step": str(state.ref_step)})
         (tmp / ckpt.STATE).write_text(json.dumps({"step": state.step, "bad_steps": state.bad_steps,
+                                                  "ref_step": state.ref_step,
                                                   "world_size": dist.world_size, "config": cfg.to_dict()}))
         final = ckpt.commit(tmp, state.step, cfg.train.keep_last)
     tdist.barrier()
@@ -206,6 +231,15 @@ def load_checkpoint(folder: Path, models: Models, state: State) -> None:
     saved = ckpt.read_state(folder)
     state.step = int(saved["step"])
     state.bad_steps = int(saved.get("bad_steps", 0))
+    state.ref_step = int(saved.get("ref_step", 0))
+    ref_file = folder / "ref" / "model.safetensors"
+    if models.ref is not None and state.ref_step > 0:
+        if not ref_file.is_file():
+            raise ConfigError(f"{folder}: the reference model was reset at step {state.ref_step} (iterative RL) but "
+                              f"{ref_file} is missing; the checkpoint cannot restore the KL anchor")
+        from safetensors.torch import load_file
+
+        copy_weights(models.ref, load_file(str(ref_file)).items())
 
 
 def sync_weights(rollout, engine) -> int:
@@ -580,6 +614,13 @@ def run(cfg: Config, *, loss_sign: float = 1.0, reward_fn=None, problems=None) -
                                  reward_fn=reward_fn)
             state.step += 1
             state.bad_steps = state.bad_steps + 1 if metrics["bad_step"] else 0
+            if _iterative(cfg, models) and state.step % cfg.algo.ref_update_every == 0:
+                t0 = time.perf_counter()
+                reset_reference(models)
+                state.ref_step = state.step
+                metrics["time/ref_reset"] = time.perf_counter() - t0
+            if _iterative(cfg, models):
+                metrics["ref/step"] = float(state.ref_step)
             logger.log(state.step, metrics)
             if state.bad_steps >= cfg.train.max_bad_steps:
                 last = ckpt.list_checkpoints(out)

@@ -21,7 +21,7 @@ def _study(tmp_path, model_dir) -> tuple:
             "model": {"name": str(model_dir)},
             "data": {"template": "chat_boxed"},
             "rollout": {"backend": "hf", "n": 4, "max_tokens": 1, "temperature": 1.0},
-            "train": {"steps": 2, "batch_size": 4, "lr": 1.0e-2, "seed": 0},
+            "train": {"steps": 2, "batch_size": 4, "lr": 1.0e-2, "seed": 0, "save_every": 1, "keep_last": 3},
             "deepspeed": {"zero_stage": 1},
             "logging": {"tensorboard": False, "console": "plain"},
             "reward": {"workers": 1},
@@ -36,7 +36,7 @@ def _study(tmp_path, model_dir) -> tuple:
     return path, task
 
 
-def test_tiny_grid_writes_report_and_resumes_only_the_stopped_run(tmp_path, digit_model_dir):
+def test_tiny_grid_writes_report_and_resumes_only_the_stopped_runs(tmp_path, digit_model_dir):
     path, task = _study(tmp_path, digit_model_dir)
     out = tmp_path / "study"
     logs: list[str] = []
@@ -73,25 +73,43 @@ def test_tiny_grid_writes_report_and_resumes_only_the_stopped_run(tmp_path, digi
     run_study(path, task=task, log=logs.append)
     assert sum("skipped" in line for line in logs) == 2 and not any("training (" in line for line in logs)
 
-    # simulate a stop during online_rft's training: its markers are gone, a stale file is left behind
-    (out / "online_rft" / DONE).unlink()
-    (out / "online_rft" / TRAINED).unlink()
-    (out / "online_rft" / "stale.txt").write_text("left by the stopped run")
-    time.sleep(0.01)
+    # simulate two stops: online_rft after its step-1 checkpoint, grpo before its first checkpoint
+    for name in ("online_rft", "grpo"):
+        (out / name / DONE).unlink()
+        (out / name / TRAINED).unlink()
+    import shutil
+
+    shutil.rmtree(out / "online_rft" / "checkpoints" / "step_000002")
+    first = json.loads((out / "online_rft" / "attempts.json").read_text())
+    first[-1]["end"] = None                                            # a killed attempt records no end
+    (out / "online_rft" / "attempts.json").write_text(json.dumps(first))
+    shutil.rmtree(out / "grpo" / "checkpoints")
+    (out / "grpo" / "stale.txt").write_text("left by the stopped run")
     logs.clear()
     report2 = run_study(path, task=task, log=logs.append)
-    trained = [line for line in logs if "training (" in line]
-    assert len(trained) == 1 and "online_rft" in trained[0]
-    assert any("grpo: complete" in line for line in logs)
-    assert (out / "grpo" / DONE).stat().st_mtime_ns == grpo_done      # untouched
-    assert not (out / "online_rft" / "stale.txt").exists()              # redone from step 0
-    assert (out / "online_rft" / DONE).is_file()
+    assert any("online_rft: " in line and "resuming from its checkpoint of step 1" in line for line in logs)
+    assert any("grpo: " in line and "without a checkpoint; redoing it from step 0" in line for line in logs)
+    assert not (out / "grpo" / "stale.txt").exists()
+    assert all((out / name / DONE).is_file() for name in ("online_rft", "grpo"))
+    rft_steps = [json.loads(line)["step"] for line in (out / "online_rft" / "metrics.jsonl").read_text().splitlines()]
+    assert rft_steps == [1, 2]                                         # step 1 kept, step 2 redone once
+    attempts = json.loads((out / "online_rft" / "attempts.json").read_text())
+    assert len(attempts) == 2 and attempts[0]["stopped"] and attempts[1]["end"] >= attempts[1]["start"]
+    assert report2["runs"][0]["wall_train_s"] >= attempts[1]["end"] - attempts[1]["start"]
     assert [r["name"] for r in report2["runs"]] == ["online_rft", "grpo"]
-    # deterministic: the redone run reproduces its first result
+    # deterministic: the resumed and the redone run reproduce their first results exactly
     assert report2["runs"][0]["after"] == report["runs"][0]["after"]
+    assert report2["runs"][1]["after"] == report["runs"][1]["after"]
 
-    # editing the study after a run finished: the run is kept, with a warning naming its folder
+    # editing the study after a run finished: the run is kept, with a warning naming its folder;
+    # keys that cannot change the result (checkpointing, logging) give no warning
     edited = yaml.safe_load(path.read_text())
+    edited["base"]["train"]["keep_last"] = 5
+    edited["base"]["logging"]["console"] = "rich"
+    path.write_text(yaml.safe_dump(edited))
+    logs.clear()
+    run_study(path, task=task, log=logs.append)
+    assert not any("warning" in line for line in logs)
     edited["runs"][1]["overrides"]["train.lr"] = 0.5
     path.write_text(yaml.safe_dump(edited))
     logs.clear()

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from mathrl.ablate.cli import main as ablate_main
@@ -73,13 +74,14 @@ def test_unknown_top_level_key_has_a_line_number(tmp_path):
 
 def test_shipped_studies_load():
     cpu = load_study(ROOT / "configs/ablations/cpu_demo.yaml")
-    assert [r.method for r in cpu.runs] == ["rft", "online_rft", "grpo", "ppo"]
+    assert [r.name for r in cpu.runs] == ["rft", "online_rft", "grpo", "ppo", "grpo-iterative"]
+    assert run_config(cpu, cpu.run("grpo-iterative")).algo.ref_update_every == 2
     c = run_config(cpu, cpu.runs[2])
     assert c.model.name == "embedded" and c.data.source == "synthetic" and c.rollout.backend == "hf"
     gpu = load_study(ROOT / "configs/ablations/deepseekmath_gsm8k.yaml")
     names = [r.name for r in gpu.runs]
     assert {"rft", "online_rft", "grpo", "ppo", "grpo-dr_grpo", "grpo-no_kl", "grpo-k1", "grpo-clip_higher",
-            "grpo-G4", "grpo-G16"} <= set(names)
+            "grpo-G4", "grpo-G16", "grpo-iterative"} <= set(names)
     assert run_config(gpu, gpu.run("grpo-G16")).rollout.n == 16
     assert run_config(gpu, gpu.run("grpo-clip_higher")).algo.clip_high == 0.28
 
@@ -111,7 +113,7 @@ def test_offline_rft_trains_on_samples_of_the_initial_model(tmp_path, digit_mode
                                  "rollout.n=4", "train.batch_size=4", "train.steps=3", "train.lr=1e-2",
                                  "algo.kl_coef=0", "data.template=chat_boxed", "deepspeed.zero_stage=1",
                                  f"train.output_dir={tmp_path / method}", "logging.tensorboard=false",
-                                 "logging.console=plain"])
+                                 "logging.console=plain", "train.save_every=1", "train.keep_last=3"])
         assert run_method(method, cfg, rft_opts={"dedup": False},
                           task=__import__("mathrl.ablate", fromlist=["Task"]).Task(
                               train_problems=digit_problems(32), reward_fn=first_digit_reward)) == 0
@@ -127,6 +129,39 @@ def test_offline_rft_trains_on_samples_of_the_initial_model(tmp_path, digit_mode
     # without dedup every correct sample is kept
     assert all(r["rft/kept"] == r["reward/accuracy"] * 16 for r in steps_off + steps_on)
     assert json.loads(json.dumps(steps_off))  # finite, serialisable
+
+    # resume offline RFT after step 1: it trains on the saved samples of the initial model, not on new
+    # samples of the partly trained policy, and ends with the uninterrupted run's weights
+    import shutil
+
+    from safetensors.torch import load_file
+
+    part = tmp_path / "rft_part"
+    shutil.copytree(tmp_path / "rft", part)
+    for step in ("step_000003", "step_000002"):
+        shutil.rmtree(part / "checkpoints" / step, ignore_errors=True)
+    assert (part / "checkpoints" / "step_000001").is_dir()
+    cfg = load_config(None, [f"model.name={digit_model_dir}", "rollout.backend=hf", "rollout.max_tokens=1",
+                             "rollout.n=4", "train.batch_size=4", "train.steps=3", "train.lr=1e-2",
+                             "algo.kl_coef=0", "data.template=chat_boxed", "deepspeed.zero_stage=1",
+                             f"train.output_dir={part}", "logging.tensorboard=false", "logging.console=plain",
+                             "train.save_every=1", "train.keep_last=3", "train.resume=auto"])
+    task = __import__("mathrl.ablate", fromlist=["Task"]).Task(train_problems=digit_problems(32),
+                                                               reward_fn=first_digit_reward)
+    assert run_method("rft", cfg, rft_opts={"dedup": False}, task=task) == 0
+    w_full = load_file(str(tmp_path / "rft" / "checkpoints" / "step_000003" / "policy" / "model.safetensors"))
+    w_part = load_file(str(part / "checkpoints" / "step_000003" / "policy" / "model.safetensors"))
+    assert all(torch.equal(w_part[k], w_full[k]) for k in w_full)
+    strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith("time/") and "time/" not in k}
+                          for r in rows if "event" not in r]
+    assert strip(read_metrics(part / "metrics.jsonl")) == strip(off)
+    # without its samples, a resumed offline RFT run refuses to continue
+    (part / "rft_pool.rank0.safetensors").unlink()
+    shutil.rmtree(part / "checkpoints" / "step_000003")
+    from mathrl.train.loop import TrainingError
+
+    with pytest.raises(TrainingError, match="rft_pool.rank0.safetensors\) are missing"):
+        run_method("rft", cfg, rft_opts={"dedup": False}, task=task)
 
 
 def test_cli_trains_each_run_in_a_worker_process(tmp_path, digit_model_dir, capfd):

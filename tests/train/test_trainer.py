@@ -132,6 +132,52 @@ def test_resume_is_exact(digit_model_dir, tmp_path):
     assert strip(_steps(part)) == strip(ref_steps)
 
 
+@pytest.mark.parametrize("stage", [1, 3])
+def test_iterative_rl_resets_reference_and_resumes_exactly(digit_model_dir, tmp_path, stage):
+    """algo.ref_update_every=3: after step 3 the reference is the policy that samples step 4, so the
+    KL measured at step 4 is zero; a resume from step 4's checkpoint restores that reference."""
+    args = ["train.steps=5", "train.save_every=2", "train.keep_last=3", f"deepspeed.zero_stage={stage}"]
+    full = tmp_path / "full"
+    cfg = _digit_cfg(digit_model_dir, full, *args, "algo.ref_update_every=3")
+    assert run(cfg, problems=digit_problems(), reward_fn=first_digit_reward) == 0
+    steps = _steps(full)
+    assert [s["ref/step"] for s in steps] == [0, 0, 3, 3, 3]
+    assert steps[3]["kl/mean"] < 1e-6 < steps[2]["kl/mean"]
+    assert steps[4]["kl/mean"] > 1e-6                         # the policy moved away from it again
+    plain = tmp_path / "plain"
+    run(_digit_cfg(digit_model_dir, plain, *args), problems=digit_problems(), reward_fn=first_digit_reward)
+    assert _steps(plain)[3]["kl/mean"] > 1e-6                  # without resets the KL stays to the initial model
+    assert [s["reward/mean"] for s in _steps(plain)[:3]] == [s["reward/mean"] for s in steps[:3]]
+    if stage == 3:
+        return
+    assert (ckpt.list_checkpoints(full)[-1][1] / "ref" / "model.safetensors").is_file()
+    assert not (full / "checkpoints" / "step_000002" / "ref").exists()  # still the initial model then
+
+    part = tmp_path / "part"
+    shutil.copytree(full, part)
+    shutil.rmtree(part / "checkpoints" / "step_000005")
+    assert run(_digit_cfg(digit_model_dir, part, *args, "algo.ref_update_every=3", "train.resume=auto"),
+               problems=digit_problems(), reward_fn=first_digit_reward) == 0
+    final = lambda out: _policy_weights(ckpt.list_checkpoints(out)[-1][1])
+    ref_w, w = final(full), final(part)
+    assert all(torch.equal(w[k], ref_w[k]) for k in ref_w)
+    strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith(("time/", "throughput/"))} for r in rows]
+    assert strip(_steps(part)) == strip(steps)
+
+    # a checkpoint that lost its reference weights is refused, not silently anchored to the wrong model
+    broken = tmp_path / "broken"
+    shutil.copytree(part, broken)
+    shutil.rmtree(broken / "checkpoints" / "step_000005")
+    step4 = broken / "checkpoints" / "step_000004"
+    shutil.rmtree(step4 / "ref")
+    ckpt.write_manifest(step4, {"step": 4})
+    from mathrl.config import ConfigError
+
+    with pytest.raises(ConfigError, match="reference model was reset at step 3"):
+        run(_digit_cfg(digit_model_dir, broken, *args, "algo.ref_update_every=3", "train.resume=auto"),
+            problems=digit_problems(), reward_fn=first_digit_reward)
+
+
 def test_world_size_two_equals_one(digit_model_dir, tmp_path):
     script = Path(__file__).with_name("_ws_update.py")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -116,3 +116,9 @@ def test_cli_train_help_lists_fields_and_errors_have_no_traceback():
     assert top.returncode == 0 and "train" in top.stdout and "verify" in top.stdout
     unknown = _mathrl("fly")
     assert unknown.returncode == 2 and "unknown command 'fly'" in unknown.stderr
+
+
+def test_iterative_rl_needs_a_kl_term():
+    assert load_config(None, ["algo.ref_update_every=2"]).algo.ref_update_every == 2
+    with pytest.raises(ConfigError, match="algo.ref_update_every = 2: resetting the reference model only matters"):
+        load_config(None, ["algo.kl_coef=0", "algo.ref_update_every=2"])
