@@ -125,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
         if type(exc).__name__ in ("DataError", "ModelError", "VerifyInputError"):
             print(f"mathrl {cmd}: error: {exc}", file=sys.stderr)
             return 2
+        if type(exc).__name__ in ("TrainingError", "CheckpointError"):  # the run stopped; the message says why
+            print(f"mathrl {cmd}: stopped: {exc}", file=sys.stderr)
+            return 3
         raise
 
 

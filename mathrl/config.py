@@ -84,12 +84,15 @@ class RolloutConfig:
     backend: Literal["auto", "vllm", "hf"] = option(
         "auto", "Generation engine. auto = vLLM when importable (or rollout.vllm_python is set), else "
         "transformers (hf).")
-    n: int = option(8, "G, samples per prompt. GRPO's baseline is the group mean, so G >= 2.", ge=1)
+    n: int = option(8, "G, samples per prompt. GRPO's baseline is the group mean, so the group estimators "
+                    "(grpo, dr_grpo, rloo) need G >= 2: with G = 1 every advantage is 0 and the run is refused.",
+                    ge=1)
     temperature: float = option(1.0, "Sampling temperature; 1.0 keeps the sampler on-policy.", ge=0.0)
     top_p: float = option(1.0, "Nucleus sampling mass; 1.0 = off (on-policy).", gt=0.0, le=1.0)
     top_k: int = option(-1, "Top-k sampling; -1 = off.", ge=-1)
     max_tokens: int = option(256, "Maximum new tokens per response; longer ones are cut (finish reason "
-                             "'length').", ge=1)
+                             "'length'). Before training, the longest prompt plus max_tokens must fit the "
+                             "model's context (max_position_embeddings in its config.json).", ge=1)
     stop: list[str] = option(list, "Extra stop strings (EOS always stops).", factory=True)
     vllm_python: Optional[str] = option(None, "Python interpreter of a separate vLLM environment (e.g. "
                                         ".venv-vllm/bin/python) used when vllm is not importable here.")
@@ -167,6 +170,10 @@ class TrainConfig:
     keep_last: int = option(2, "Checkpoints kept (older ones are deleted after a new one is complete).", ge=1)
     resume: str = option("none", "'none', 'auto' (newest complete checkpoint in output_dir) or a checkpoint path.")
     max_bad_steps: int = option(3, "Consecutive steps with NaN/inf that are skipped before the run stops.", ge=1)
+    on_save_error: Literal["warn", "stop"] = option(
+        "warn", "A checkpoint write that fails (disk full, permission denied): 'warn' keeps training and tries "
+        "again at the next save (the previous checkpoint stays intact; a failed final save still stops the run "
+        "with an error); 'stop' ends the run at once with a message.")
 
 
 @dataclass
@@ -175,7 +182,10 @@ class DeepSpeedConfig:
     offload: Literal["none", "optimizer", "all"] = option("none", "Offload optimizer state (and with 'all', "
                                                           "ZeRO-3 parameters) to CPU memory.")
     config_path: Optional[str] = option(None, "A DeepSpeed JSON to use instead of ds_configs/zero<stage>.json; "
-                                        "'auto' values are filled from this config.")
+                                        "'auto' values are filled from this config. Numeric batch sizes must "
+                                        "satisfy train_batch_size = train_micro_batch_size_per_gpu x "
+                                        "gradient_accumulation_steps x world size ('auto' micro-batch = 1: "
+                                        "micro-batches are sized by train.micro_batch_tokens).")
 
 
 @dataclass
@@ -438,9 +448,15 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 
 def validate(cfg: Config) -> None:
     """Cross-field checks that single-field bounds cannot express."""
+    # G = 1 with a group baseline is refused, not warned about: the baseline is the sample's own reward
+    # (grpo, dr_grpo) or undefined (rloo's leave-one-out mean over G - 1 = 0 others), so every advantage
+    # is 0, the policy gradient vanishes and the run would spend its whole budget learning nothing while
+    # its logs look normal. A warning scrolls past in a days-long log; the fix is one override.
     if cfg.advantage in ("grpo", "dr_grpo", "rloo") and cfg.rollout.n < 2:
-        raise ConfigError(f"rollout.n = {cfg.rollout.n}: the '{cfg.advantage}' advantage compares samples "
-                          "within a group, so it needs rollout.n >= 2")
+        raise ConfigError(f"rollout.n = {cfg.rollout.n}: the '{cfg.advantage}' advantage compares the samples of "
+                          "a prompt with each other; with one sample every advantage is 0 and nothing is learned, "
+                          "so it needs rollout.n >= 2; fix: set rollout.n=8 (or more), or use an estimator with "
+                          "a baseline across prompts: algo.advantage=reinforce_pp, or algo.name=ppo (critic)")
     if cfg.algo.ref_update_every and cfg.algo.kl_coef == 0:
         raise ConfigError(f"algo.ref_update_every = {cfg.algo.ref_update_every}: resetting the reference model only "
                           "matters with a KL term; set algo.kl_coef > 0 or algo.ref_update_every = 0")

@@ -24,11 +24,13 @@ class BadRow:
         field: the field at fault (``<json>`` for a line that is not valid JSON,
             ``<row>`` for a value that is not an object).
         reason: what was wrong, with the offending value shortened.
+        fix: what the user can do about it (``None``: the loader's generic advice).
     """
 
     location: str
     field: str
     reason: str
+    fix: str | None = None
 
     def message(self) -> str:
         """One-line human message, e.g. ``a.jsonl:3: field 'answer': no '####' marker``."""
@@ -36,12 +38,17 @@ class BadRow:
 
 
 class RowError(Exception):
-    """Raised by a row mapper; the loader adds the location and turns it into a BadRow."""
+    """Raised by a row mapper; the loader adds the location and turns it into a BadRow.
 
-    def __init__(self, field: str, reason: str) -> None:
+    ``fix`` is an optional one-clause remedy (e.g. "write the gold in digits, as in '#### 12'")
+    that the loader puts into the user's message instead of its generic advice.
+    """
+
+    def __init__(self, field: str, reason: str, fix: str | None = None) -> None:
         super().__init__(f"field '{field}': {reason}")
         self.field = field
         self.reason = reason
+        self.fix = fix
 
 
 def shorten(value: object, limit: int = 80) -> str:

@@ -139,6 +139,35 @@ def load_source(
     return result
 
 
+def sources_matching(row: Any, exclude: str | None = None) -> list[str]:
+    """Registered sources whose mapper accepts ``row`` (used to say which source a file is for)."""
+    if not isinstance(row, dict):
+        return []
+    out = []
+    for name, spec in SOURCES.items():
+        if name == exclude:
+            continue
+        try:
+            spec.map_row(row)
+        except (RowError, ValueError, TypeError):
+            continue
+        out.append(name)
+    return out
+
+
+def _fix_for(spec: SourceSpec, row: Any, exc: RowError) -> str:
+    """Generic advice for a bad row: the fields the source reads, and, when a field is missing,
+    which other registered source the row's fields fit (a file meant for another dataset)."""
+    expects = f"source '{spec.name}' reads the fields {', '.join(spec.fields)}"
+    if isinstance(row, dict) and exc.reason.startswith("missing"):
+        others = sources_matching(row, exclude=spec.name)
+        if others:
+            return (f"{expects}, but this row fits source {' / '.join(repr(o) for o in others)}: set "
+                    f"data.source={others[0]} if the file is that dataset, else rename the fields")
+        return f"{expects}: rename the fields in the file (or set data.source to the dataset the file holds)"
+    return f"{expects}: correct the row"
+
+
 def _map_rows(
     spec: SourceSpec, rows: Iterator[RawRow], result: LoadResult, limit: int | None, skip: bool
 ) -> None:
@@ -151,11 +180,12 @@ def _map_rows(
                 raise row
             question, gold, meta = spec.map_row(row)
         except RowError as exc:
-            bad = BadRow(location=location, field=exc.field, reason=exc.reason)
+            fix = exc.fix or _fix_for(spec, row, exc)
+            bad = BadRow(location=location, field=exc.field, reason=exc.reason, fix=fix)
             if not skip:
                 raise DataError(
-                    f"{bad.message()} (source '{spec.name}' expects fields {', '.join(spec.fields)}; "
-                    f"set skip_bad_rows / --skip-bad-rows to skip and count such rows)"
+                    f"{bad.message()}; fix: {fix}; or set data.skip_bad_rows=true (mathrl data: "
+                    f"--skip-bad-rows) to skip and count such rows"
                 ) from None
             result.bad_rows.append(bad)
             continue

@@ -66,6 +66,31 @@ def _open_text(path: Path):
         raise DataError(f"{path}: cannot open: {exc.strerror or exc}") from exc
 
 
+def json_line_error(line: str, exc: json.JSONDecodeError) -> RowError:
+    """The :class:`RowError` for a JSON Lines line that does not parse.
+
+    A line whose parse ran out of text (an unterminated string, or the error at
+    the line's very end) was cut off mid-record. When it is also the file's last
+    line (no newline after it) the file itself was cut short -- an interrupted
+    download or copy -- and the message says so, because the fix is to fetch the
+    file again rather than to edit one row.
+    """
+    detail = f"invalid JSON at column {exc.colno}: {exc.msg}"
+    body = line.rstrip("\r\n")
+    cut = exc.msg.startswith("Unterminated string") or exc.pos >= len(body.rstrip())
+    if cut and not line.endswith("\n"):
+        return RowError(
+            "<json>",
+            f"the last line is cut off mid-record ({detail})",
+            fix="the file looks truncated (an interrupted download or copy?): fetch it again, "
+            "or delete the incomplete last line",
+        )
+    if cut:
+        return RowError("<json>", f"the line is cut off mid-record ({detail})",
+                        fix="complete or delete the line (JSON Lines holds one whole object per line)")
+    return RowError("<json>", detail, fix="correct the JSON on this line (JSON Lines holds one object per line)")
+
+
 def iter_jsonl(path: Path) -> Iterator[RawRow]:
     """JSON Lines, read line by line so each row keeps its 1-based line number.
 
@@ -88,7 +113,7 @@ def iter_jsonl(path: Path) -> Iterator[RawRow]:
             try:
                 value = json.loads(line)
             except json.JSONDecodeError as exc:
-                yield loc, RowError("<json>", f"invalid JSON at column {exc.colno}: {exc.msg}")
+                yield loc, json_line_error(line, exc)
                 continue
             if not isinstance(value, dict):
                 yield loc, RowError(
@@ -227,8 +252,9 @@ def iter_hub_rows(name: str, configs: Sequence[str | None], split: str) -> Itera
         except Exception as exc:
             raise DataError(
                 f"{label}: cannot load from the Hugging Face hub ({type(exc).__name__}: "
-                f"{str(exc).splitlines()[0] if str(exc) else ''}); download the data once and pass "
-                f"--path to a local .jsonl/.json/.parquet file (see data/README.md)"
+                f"{str(exc).splitlines()[0] if str(exc) else ''}); download the data once and point "
+                f"data.path (mathrl train) or --path (mathrl data) at a local .jsonl/.json/.parquet file "
+                f"(see data/README.md)"
             ) from exc
         for index, row in enumerate(ds, start=1):
             yield f"{label} row {index}", dict(row)

@@ -144,14 +144,31 @@ def _orig_id(row: Mapping[str, Any], *names: str) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- mappers
 
 
+# A GSM8K gold: an integer or decimal, optionally signed (thousands commas are removed before).
+_GSM8K_NUMBER_RE = re.compile(r"[+-]?(\d+(\.\d+)?|\.\d+)")
+_GSM8K_FIX = "every GSM8K answer ends with the final number after '####', e.g. '... so 7 + 5 = 12.\\n#### 12'"
+
+
 def map_gsm8k(row: Mapping[str, Any]) -> Mapped:
-    """GSM8K: question = ``question``; gold = text after ``####`` in ``answer``, commas removed."""
+    """GSM8K: question = ``question``; gold = text after ``####`` in ``answer``, commas removed.
+
+    The gold must be a number (integer or decimal, optionally signed): every one
+    of GSM8K's 8792 golds is, and the verifier compares GSM8K answers as numbers,
+    so a gold such as ``twelve`` is a broken row, not a hard problem.
+    """
     question = text_field(row, "question")
+    if _present(row, "answer") and isinstance(row["answer"], str) and not row["answer"].strip():
+        raise RowError("answer", "is empty: no gold answer",
+                       fix=f"fill in the worked answer or remove the row ({_GSM8K_FIX})")
     answer = text_field(row, "answer")
     try:
         gold = gsm8k_gold(answer)
     except ValueError as exc:
-        raise RowError("answer", f"{exc} (ends with {shorten(answer[-60:])})") from exc
+        raise RowError("answer", f"{exc} (ends with {shorten(answer[-60:])})", fix=_GSM8K_FIX) from exc
+    if not _GSM8K_NUMBER_RE.fullmatch(gold):
+        raise RowError("answer", f"the gold after '####' is {shorten(gold)}, not a number",
+                       fix="write the final answer in digits after '####', e.g. '#### 12' (GSM8K golds are "
+                       "integers or decimals; the verifier compares them as numbers)")
     return question, gold, {"solution": answer}
 
 

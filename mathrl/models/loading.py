@@ -23,27 +23,38 @@ _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bf
            "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
 
 
-def resolve_model_path(spec: str, cache_dir: str | os.PathLike | None = None) -> str:
+def resolve_model_path(spec: str, cache_dir: str | os.PathLike | None = None, *, key: str | None = None) -> str:
     """Turn a model spec into something ``from_pretrained`` accepts.
 
     Embedded aliases become the converted cache folder; an existing local folder
     is returned as an absolute path (and must contain ``config.json``); anything
     that looks like a filesystem path but does not exist is an error; all else is
     treated as a hub id and returned unchanged.
+
+    ``key`` (e.g. ``model.name``) names the config key the spec came from; error
+    messages then start with ``key = 'spec':`` so the user knows what to change.
     """
+    said = f"{key} = {spec!r}: " if key else ""
     if not spec:
-        raise ModelError("model spec is empty; give 'embedded', a local folder or a Hugging Face id")
+        raise ModelError(f"{said}model spec is empty; give 'embedded', a local folder or a Hugging Face id")
     if is_embedded(spec):
-        return str(ensure_embedded_model(cache_dir))
+        try:
+            return str(ensure_embedded_model(cache_dir))
+        except ModelError as exc:
+            raise ModelError(f"{said}{exc}") from None
     p = Path(spec).expanduser()
     if p.is_dir():
         if not (p / "config.json").is_file():
-            raise ModelError(f"model folder {p} has no config.json; expected a Hugging Face "
+            raise ModelError(f"{said}model folder {p} has no config.json; expected a Hugging Face "
                              "model folder (save_pretrained output) or a mathrl checkpoint's policy/ folder")
         return str(p.resolve())
     looks_local = spec.startswith((".", "/", "~")) or spec.count("/") > 1 or p.suffix in {".json", ".safetensors", ".bin"}
     if looks_local:
-        raise ModelError(f"model path {spec!r} does not exist (resolved to {p.resolve()})")
+        resolved = str(p.resolve())
+        where = "" if resolved == spec else f" (resolved to {resolved})"
+        what = "the folder does not exist" if key else f"model path {spec!r} does not exist"
+        raise ModelError(f"{said}{what}{where}; fix: give an existing Hugging Face model folder (with "
+                         "config.json), 'embedded', or a hub id such as Qwen/Qwen2.5-0.5B-Instruct")
     return spec
 
 
@@ -57,9 +68,16 @@ def torch_dtype(name: str | torch.dtype) -> torch.dtype:
         raise ModelError(f"unknown dtype {name!r}; allowed: {', '.join(_DTYPES)}") from None
 
 
+def one_line(text: object, limit: int = 300) -> str:
+    """``text`` with its whitespace runs (newlines included) collapsed to single spaces, cut to ``limit``
+    characters: library exceptions often span lines, and mathrl's user errors are one line each."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
 def _hub_hint(spec: str, exc: Exception) -> ModelError:
     return ModelError(
-        f"cannot load model {spec!r}: {type(exc).__name__}: {exc}. If this is a hub id, the hub may "
+        f"cannot load model {spec!r}: {type(exc).__name__}: {one_line(exc)}. If this is a hub id, the hub may "
         "be unreachable (offline machine?): download it elsewhere and pass the local folder, "
         "or use --model embedded"
     )

@@ -6,8 +6,9 @@ Layout of ``<output_dir>/checkpoints/step_000010/``::
                          transformers or vLLM, or pass as --model to mathrl eval
     critic/              PPO only: backbone + value head (mathrl.models.value_head)
     ds_policy/ ds_critic/ DeepSpeed engine state: fp32 weights, optimizer, LR scheduler
+    ref/                 iterative RL only: the reset reference model (safetensors)
     trainer_state.json   step, data position, metric history pointer, config
-    MANIFEST.json        written last: every file with its size
+    MANIFEST.json        written last: every file with its size and SHA-256
 
 A checkpoint is written under ``.tmp-step_000010`` and renamed to its final name
 only when complete (files fsynced, manifest written last), so a crash leaves
@@ -15,10 +16,16 @@ either the previous checkpoints or a complete new one; leftover temporary
 folders are removed at the next start. Sampling seeds and data order are pure
 functions of (seed, step), so weights + optimizer + scheduler + step restore a
 run exactly.
+
+Loading never executes code from the checkpoint: weights are safetensors, the trainer state is
+JSON, and DeepSpeed's ``.pt`` files are read with ``torch.load(weights_only=True)`` (see
+:class:`mathrl.train.engines.SafeCheckpointEngine`). Before a resume every file is checked
+against the manifest's SHA-256 (:func:`verify`), so a modified or corrupted file is refused.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -54,12 +61,26 @@ def _fsync_tree(path: Path) -> None:
             os.close(dfd)
 
 
+class CheckpointError(RuntimeError):
+    """A checkpoint cannot be trusted or written; the message names the file and what to do."""
+
+
+def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
 def write_manifest(folder: Path, extra: dict[str, Any] | None = None) -> None:
-    files = {}
+    files, hashes = {}, {}
     for p in sorted(folder.rglob("*")):
         if p.is_file() and p.name != MANIFEST:
-            files[str(p.relative_to(folder))] = p.stat().st_size
-    manifest = {"files": files, **(extra or {})}
+            rel = str(p.relative_to(folder))
+            files[rel] = p.stat().st_size
+            hashes[rel] = sha256_file(p)
+    manifest = {"files": files, "sha256": hashes, **(extra or {})}
     tmp = folder / (MANIFEST + ".tmp")
     tmp.write_text(json.dumps(manifest, indent=1))
     with open(tmp, "rb+") as fh:
@@ -78,6 +99,35 @@ def is_complete(folder: Path) -> bool:
         if not p.is_file() or p.stat().st_size != size:
             return False
     return True
+
+
+def verify(folder: Path) -> None:
+    """Check every file of a checkpoint against its manifest (size and SHA-256); raise CheckpointError.
+
+    Files that are not in the manifest are refused too (something was added after the checkpoint
+    was written)."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{folder / MANIFEST}: unreadable manifest ({exc}); not a complete mathrl checkpoint") \
+            from None
+    hashes = manifest.get("sha256")
+    if not isinstance(hashes, dict):
+        raise CheckpointError(f"{folder / MANIFEST}: no SHA-256 list; the checkpoint cannot be verified (written by "
+                              "an older mathrl?); refusing to load it")
+    present = {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST}
+    extra = sorted(present - set(hashes))
+    if extra:
+        raise CheckpointError(f"{folder}: file {extra[0]} is not in the checkpoint's manifest (added after it was "
+                              "written); refusing to load the checkpoint")
+    for rel, digest in hashes.items():
+        p = folder / rel
+        if not p.is_file():
+            raise CheckpointError(f"{p}: listed in the manifest but missing; refusing to load the checkpoint")
+        if sha256_file(p) != digest:
+            raise CheckpointError(f"{p}: contents differ from the manifest's SHA-256 (modified or corrupted after "
+                                  "it was written); refusing to load the checkpoint. Resume from an earlier one "
+                                  "with train.resume=<path> or delete this checkpoint")
 
 
 def list_checkpoints(output_dir: str | os.PathLike) -> list[tuple[int, Path]]:

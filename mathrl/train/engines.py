@@ -84,7 +84,9 @@ def ds_config(stage: int, offload: str, *, micro_batch: int, world_size: int, gr
     """Load the DeepSpeed JSON for ``stage``/``offload`` and fill its ``"auto"`` values.
 
     ``train_batch_size`` is ``micro_batch * world_size`` (one caller-owned accumulation
-    boundary per step; micro-batch counts vary with the token budget).
+    boundary per step; micro-batch counts vary with the token budget). A user's JSON
+    (``config_path``) is checked first: invalid JSON, or numeric batch sizes that do not
+    multiply out, raise :class:`mathrl.config.ConfigError` (see :func:`check_batch_sizes`).
     """
     if config_path:
         path = Path(config_path)
@@ -95,18 +97,23 @@ def ds_config(stage: int, offload: str, *, micro_batch: int, world_size: int, gr
         if name is None:
             raise ValueError(f"deepspeed.offload={offload!r} needs zero_stage 2 or 3 ('all' needs 3), got {stage}")
         path = REPO_DS_CONFIGS / f"{name}.json"
-    try:
-        cfg = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot read DeepSpeed config {path}: {exc}") from None
+    if config_path:
+        cfg = read_ds_json(path)
+        check_batch_sizes(cfg, world_size, path, micro_auto=micro_batch)
+    else:
+        try:
+            cfg = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"cannot read DeepSpeed config {path}: {exc}") from None
     cfg = copy.deepcopy(cfg)
     if config_path is None:
         cfg["zero_optimization"]["stage"] = stage
         if stage == 3 and offload == "optimizer":
             cfg["zero_optimization"].pop("offload_param", None)
-    if cfg.get("train_micro_batch_size_per_gpu") == "auto":
+    if cfg.get("train_micro_batch_size_per_gpu") in (None, "auto"):
         cfg["train_micro_batch_size_per_gpu"] = micro_batch
-    cfg.setdefault("gradient_accumulation_steps", 1)
+    if cfg.get("gradient_accumulation_steps") in (None, "auto"):
+        cfg["gradient_accumulation_steps"] = 1
     cfg["train_batch_size"] = cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"] * world_size
     if cfg.get("gradient_clipping") == "auto":
         cfg["gradient_clipping"] = float(grad_clip)
@@ -121,6 +128,92 @@ def ds_config(stage: int, offload: str, *, micro_batch: int, world_size: int, gr
             if key in zo:
                 zo[key]["pin_memory"] = False  # no pinned memory without CUDA
     return cfg
+
+
+_DS_BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+
+
+def _key_line(text: str, key: str) -> int | None:
+    """1-based line of the first ``"key":`` in a JSON text (for messages), or ``None``."""
+    import re
+
+    m = re.search(r'"%s"\s*:' % re.escape(key), text)
+    return text.count("\n", 0, m.start()) + 1 if m else None
+
+
+def read_ds_json(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a user's DeepSpeed JSON (``deepspeed.config_path``).
+
+    Raises:
+        ConfigError: unreadable file, invalid JSON (``file:line:column``), or not a JSON object.
+    """
+    from mathrl.config import ConfigError
+
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"deepspeed.config_path = {str(path)!r}: cannot read it: {exc.strerror or exc}") from None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON in deepspeed.config_path: {exc.msg}; fix "
+                          "the JSON, or unset deepspeed.config_path to use ds_configs/zero<stage>.json") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: deepspeed.config_path must hold a JSON object of DeepSpeed settings, "
+                          f"got {type(value).__name__}")
+    return value
+
+
+def check_batch_sizes(ds: dict[str, Any], world_size: int, path: str | os.PathLike, *, micro_auto: int = 1,
+                      text: str | None = None) -> None:
+    """DeepSpeed's batch identity for a user's JSON, checked before DeepSpeed starts.
+
+    DeepSpeed requires ``train_batch_size = train_micro_batch_size_per_gpu x
+    gradient_accumulation_steps x world_size`` (``deepspeed/runtime/config.py``,
+    ``_batch_assertion``). mathrl fills ``"auto"`` (or absent) values: the
+    micro-batch with ``micro_auto`` (1: mathrl sizes micro-batches by
+    ``train.micro_batch_tokens`` and owns the accumulation), accumulation with 1,
+    and ``train_batch_size`` with the product, so only numbers the user wrote can
+    disagree. A numeric ``train_batch_size`` that does not equal the product was
+    silently replaced before; now it is an error naming the file, line and keys.
+
+    Raises:
+        ConfigError: a batch value that is not a positive integer or "auto", or numbers that
+            do not multiply out.
+    """
+    from mathrl.config import ConfigError
+
+    path = Path(path)
+    if text is None:
+        try:
+            text = path.read_text()
+        except OSError:
+            text = ""
+    vals: dict[str, int | None] = {}
+    for key in _DS_BATCH_KEYS:
+        v = ds.get(key, "auto")
+        if v == "auto" or v is None:
+            vals[key] = None
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            line = _key_line(text, key)
+            raise ConfigError(f"{path}{f':{line}' if line else ''}: {key} = {v!r} (deepspeed.config_path): must be a "
+                              "positive integer or \"auto\"")
+        vals[key] = v
+    train = vals["train_batch_size"]
+    micro = vals["train_micro_batch_size_per_gpu"] or micro_auto
+    accum = vals["gradient_accumulation_steps"] or 1
+    if train is None or train == micro * accum * world_size:
+        return
+    line = _key_line(text, "train_batch_size")
+    product = micro * accum * world_size
+    micro_note = " from \"auto\"" if vals["train_micro_batch_size_per_gpu"] is None else ""
+    raise ConfigError(
+        f"{path}{f':{line}' if line else ''}: train_batch_size = {train} (deepspeed.config_path) does not multiply "
+        f"out: train_micro_batch_size_per_gpu ({micro}{micro_note}) x gradient_accumulation_steps ({accum}) x "
+        f"world size ({world_size}) = {product}; fix: set \"train_batch_size\": {product}, or \"auto\" to let "
+        "mathrl fill it (mathrl sizes micro-batches by train.micro_batch_tokens, so these numbers only have to agree)")
 
 
 def lr_lambda(schedule: str, warmup: int, total: int):
@@ -157,7 +250,52 @@ def build_engine(module: torch.nn.Module, *, lr: float, weight_decay: float, sch
                        dtype=dtype, config_path=config_path)
     engine, _, _, _ = deepspeed.initialize(model=module, optimizer=optimizer, lr_scheduler=scheduler,
                                            config=config)
+    engine.checkpoint_engine = SafeCheckpointEngine(engine.checkpoint_engine)
     return engine
+
+
+# the only non-tensor classes DeepSpeed 0.19 puts into its ZeRO checkpoints (found with
+# torch.serialization.get_unsafe_globals_in_checkpoint on stage 1/2/3 checkpoints)
+_DS_SAFE_GLOBALS = (
+    ("deepspeed.runtime.zero.config", "ZeroStageEnum"),
+    ("deepspeed.utils.tensor_fragment", "fragment_address"),
+    ("deepspeed.runtime.fp16.loss_scaler", "LossScaler"),
+    ("deepspeed.runtime.fp16.loss_scaler", "DynamicLossScaler"),
+)
+
+
+class SafeCheckpointEngine:
+    """DeepSpeed's checkpoint engine with loading that cannot execute code from the file.
+
+    DeepSpeed 0.19 reads its ``.pt`` state with ``torch.load(weights_only=False)``: a tampered
+    file could run arbitrary code on resume. This wrapper loads with ``weights_only=True`` and
+    allows exactly the few DeepSpeed classes its checkpoints hold; anything else is refused with
+    a :class:`~mathrl.train.checkpoint.CheckpointError` naming the file. Saving and every other
+    method are the wrapped engine's.
+    """
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def load(self, path: str, map_location=None):
+        import importlib
+        import pickle
+
+        from mathrl.train.checkpoint import CheckpointError
+
+        allowed = [getattr(importlib.import_module(m), n) for m, n in _DS_SAFE_GLOBALS
+                   if hasattr(importlib.import_module(m), n)]
+        try:
+            with torch.serialization.safe_globals(allowed):
+                return torch.load(path, map_location=map_location, weights_only=True)
+        except pickle.UnpicklingError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise CheckpointError(f"{path}: refused to load: it needs Python objects a DeepSpeed checkpoint does not "
+                                  f"hold ({first[:200]}). The file was modified or comes from an untrusted source."
+                                  ) from None
 
 
 def build_inference_engine(module: torch.nn.Module, *, stage: int, dtype: torch.dtype, world_size: int):
@@ -202,3 +340,35 @@ def copy_weights(dst: torch.nn.Module, named_tensors) -> int:
     if seen != len(params):
         raise KeyError(f"{len(params) - seen} parameters of the target model were not given")
     return seen
+
+
+def discard_gradients(engine) -> None:
+    """Drop every gradient accumulated since the last optimizer step (a skipped NaN/inf step).
+
+    ``engine.zero_grad()`` alone is not enough: ZeRO keeps the gradients it already reduced in its
+    own partition buffers, and they would be added to the next step's gradient (caught by
+    tests/train/test_reliability.py). This clears them the way DeepSpeed's own overflow handling
+    does for each stage.
+    """
+    opt = engine.optimizer
+    stage = engine.zero_optimization_stage()
+    if opt is None:
+        return
+    if stage in (1, 2):
+        opt.zero_grad(set_to_none=True)
+        if hasattr(opt, "_release_preflattened_grad_buffers"):
+            opt._release_preflattened_grad_buffers()
+        if getattr(opt, "cpu_offload", False):
+            opt.reset_cpu_buffers()
+        for k in list(getattr(opt, "averaged_gradients", {}) or {}):
+            opt.averaged_gradients[k] = None
+            if hasattr(opt, "all_grad_tensors"):
+                opt.all_grad_tensors[k] = None
+    elif stage == 3:
+        opt.zero_grad(set_to_none=True)
+        if getattr(opt, "offload_optimizer", False):
+            opt.reset_cpu_buffers()
+        else:
+            opt.averaged_gradients = {}
+    else:
+        engine.zero_grad()

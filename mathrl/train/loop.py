@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,10 +41,11 @@ from mathrl.algo.losses import agg_loss, global_normalizers, policy_loss, value_
 from mathrl.config import Config, ConfigError, dump_yaml
 from mathrl.train import checkpoint as ckpt
 from mathrl.train.engines import (DistInfo, build_engine, build_inference_engine, copy_weights, device,
-                                  init_distributed, resolve_dtype)
+                                  discard_gradients, init_distributed, resolve_dtype)
 from mathrl.train.forward import (batch_logprobs, batch_values, make_micro_batch, plan_micro_batches,
                                   policy_forward, value_forward)
-from mathrl.train.metrics import MetricsLogger
+from mathrl.train.metrics import MetricsLogger, process_stats
+from mathrl.train.preflight import preflight
 
 
 class TrainingError(RuntimeError):
@@ -114,6 +116,32 @@ def evaluate(rollout, problems, cfg: Config, *, out_dir: Path | None = None) -> 
 # --------------------------------------------------------------------------- the trainer
 
 
+class GradGuard:
+    """Notices a NaN/inf gradient during backward, before any optimizer step.
+
+    A hook on every trainable parameter checks the gradient flowing into it (before DeepSpeed
+    reduces or partitions it); the first bad one is remembered by name. One reduction per
+    parameter and micro-batch: a sum is NaN/inf when any element is.
+    """
+
+    def __init__(self, module: torch.nn.Module):
+        self.bad: str | None = None
+        self._handles = [p.register_hook(self._hook(n)) for n, p in module.named_parameters() if p.requires_grad]
+
+    def _hook(self, name: str):
+        def check(grad: torch.Tensor) -> None:
+            if self.bad is None and not bool(torch.isfinite(grad.sum())):
+                self.bad = name
+        return check
+
+    def reset(self) -> None:
+        self.bad = None
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+
+
 @dataclass
 class Models:
     policy: Any                 # DeepSpeed engine
@@ -121,6 +149,8 @@ class Models:
     critic: Any | None = None   # DeepSpeed engine
     tokenizer: Any = None
     model_path: str = ""
+    policy_guard: GradGuard | None = None
+    critic_guard: GradGuard | None = None
 
 
 @dataclass
@@ -128,6 +158,7 @@ class State:
     step: int = 0
     bad_steps: int = 0
     ref_step: int = 0           # the policy step the reference model is a copy of (iterative RL)
+    save_failures: int = 0      # checkpoint writes that failed (train.on_save_error = warn)
 
 
 def _seed_all(seed: int) -> None:
@@ -168,7 +199,9 @@ def build_models(cfg: Config, dist: DistInfo, total_steps: int) -> Models:
         cpath = resolve_model_path(cfg.model.critic_model, cfg.model.cache_dir) if cfg.model.critic_model else path
         critic_module = ValueModel.from_pretrained(cpath, dtype=dtype)
         critic = build_engine(critic_module, lr=t.critic_lr, weight_decay=t.weight_decay, **common)
-    return Models(policy=engine, ref=ref, critic=critic, tokenizer=tokenizer, model_path=path)
+    return Models(policy=engine, ref=ref, critic=critic, tokenizer=tokenizer, model_path=path,
+                  policy_guard=GradGuard(engine.module),
+                  critic_guard=GradGuard(critic.module) if critic is not None else None)
 
 
 def _full_state_dict(engine) -> dict[str, torch.Tensor]:
@@ -188,13 +221,36 @@ def reset_reference(models: Models) -> int:
     return copy_weights(models.ref, iter_full_parameters(models.policy.module))
 
 
-def save_checkpoint(cfg: Config, dist: DistInfo, models: Models, state: State) -> Path | None:
+def save_checkpoint(cfg: Config, dist: DistInfo, models: Models, state: State, *, final: bool = False
+                    ) -> Path | None:
+    """Write a checkpoint atomically (see :mod:`mathrl.train.checkpoint`); returns its folder on the main rank.
+
+    A write that fails (disk full, permission denied, file too large: ``OSError``, or the
+    ``RuntimeError`` torch.save raises for the same causes) removes the
+    half-written temporary folder and leaves every earlier checkpoint intact. Then
+    ``train.on_save_error = 'warn'`` prints a warning and returns None (the next save tries
+    again), ``'stop'`` raises :class:`TrainingError`; a failed ``final`` save always raises.
+    """
     import torch.distributed as tdist
 
+    from mathrl.train.faults import fault
+
     tmp = ckpt.ckpt_root(cfg.train.output_dir) / f".tmp-{ckpt.step_dirname(state.step)}"
+    error: list[BaseException] = []
+
+    def attempt(write) -> Any:  # one write step of this rank, skipped once an earlier one failed
+        if error:
+            return None
+        try:
+            return write()
+        except Exception as exc:  # noqa: BLE001 - OSError, and what torch.save / safetensors raise on a
+            error.append(exc)     # failed write (RuntimeError "PytorchStreamWriter failed", SafetensorError)
+            return None
+
     if dist.is_main:
-        ckpt.begin(cfg.train.output_dir, state.step)
+        attempt(lambda: ckpt.begin(cfg.train.output_dir, state.step))
     tdist.barrier()
+    # gathers are collectives: every rank runs them whatever happened to the writes
     policy_sd = _full_state_dict(models.policy)
     critic_sd = _full_state_dict(models.critic) if models.critic is not None else None
     ref_sd = None
@@ -202,11 +258,12 @@ def save_checkpoint(cfg: Config, dist: DistInfo, models: Models, state: State) -
         from mathrl.rollout import iter_full_parameters
 
         ref_sd = {n: t.contiguous().clone() for n, t in iter_full_parameters(getattr(models.ref, "module", models.ref))}
-    models.policy.save_checkpoint(str(tmp / "ds_policy"), tag="state")
+    attempt(lambda: models.policy.save_checkpoint(str(tmp / "ds_policy"), tag="state"))
     if models.critic is not None:
-        models.critic.save_checkpoint(str(tmp / "ds_critic"), tag="state")
-    final = None
-    if dist.is_main:
+        attempt(lambda: models.critic.save_checkpoint(str(tmp / "ds_critic"), tag="state"))
+    fault("ckpt_write", state.step)
+
+    def write_main() -> None:
         models.policy.module.save_pretrained(str(tmp / "policy"), state_dict=policy_sd, safe_serialization=True)
         models.tokenizer.save_pretrained(str(tmp / "policy"))
         if critic_sd is not None:
@@ -219,12 +276,53 @@ def save_checkpoint(cfg: Config, dist: DistInfo, models: Models, state: State) -
         (tmp / ckpt.STATE).write_text(json.dumps({"step": state.step, "bad_steps": state.bad_steps,
                                                   "ref_step": state.ref_step,
                                                   "world_size": dist.world_size, "config": cfg.to_dict()}))
-        final = ckpt.commit(tmp, state.step, cfg.train.keep_last)
+
+    if dist.is_main:
+        attempt(write_main)
+    done = None
+    if _all_ranks_ok(not error):
+        if dist.is_main:
+            done = attempt(lambda: ckpt.commit(tmp, state.step, cfg.train.keep_last))
+        if _all_ranks_ok(not error):
+            tdist.barrier()
+            return done
+    # the write failed on some rank: drop the temporary folder, keep the earlier checkpoints
+    import shutil
+
+    if dist.is_main:
+        shutil.rmtree(tmp, ignore_errors=True)
     tdist.barrier()
-    return final
+    state.save_failures += 1
+    earlier = ckpt.list_checkpoints(cfg.train.output_dir)
+    cause = f"{type(error[0]).__name__}: {error[0]}" if error else "it failed on another rank"
+    try:  # torch.save's messages rarely say why; the free space often does
+        cause += f"; {shutil.disk_usage(tmp.parent).free / 2**20:.0f} MiB free on that filesystem"
+    except OSError:
+        pass
+    msg = (f"step {state.step}: writing the checkpoint {tmp} failed ({cause}); "
+           + (f"the previous checkpoint {earlier[-1][1]} is intact" if earlier else "no earlier checkpoint exists"))
+    if final or cfg.train.on_save_error == "stop":
+        raise TrainingError(msg + ". Free disk space or fix the folder's permissions, then run again with "
+                            "--resume auto" + (" (the final weights could not be saved)" if final else ""))
+    if dist.is_main:
+        print(f"mathrl: warning: {msg}; training continues and the next save tries again "
+              "(train.on_save_error=warn)", file=sys.stderr, flush=True)
+    return None
 
 
 def load_checkpoint(folder: Path, models: Models, state: State) -> None:
+    """Restore weights, optimizer, scheduler and counters; every file is first checked against the
+    manifest's SHA-256 and DeepSpeed's pickles are read with ``weights_only=True``."""
+    import torch.distributed as tdist
+
+    refused: ckpt.CheckpointError | None = None
+    if not tdist.is_initialized() or tdist.get_rank() == 0:  # one rank reads and hashes the files
+        try:
+            ckpt.verify(folder)
+        except ckpt.CheckpointError as exc:
+            refused = exc
+    if not _all_ranks_ok(refused is None):
+        raise refused or ckpt.CheckpointError(f"{folder}: refused by rank 0 (its message names the file)")
     models.policy.load_checkpoint(str(folder / "ds_policy"), tag="state", load_module_strict=True)
     if models.critic is not None:
         models.critic.load_checkpoint(str(folder / "ds_critic"), tag="state")
@@ -294,8 +392,10 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
     from mathrl.reward import grade_batch
     from mathrl.reward.rewards import compute_rewards
     from mathrl.rollout import SamplingConfig
+    from mathrl.train.faults import fault
 
     t_step = time.perf_counter()
+    fault("step_start", state.step + 1)
     times: dict[str, float] = {}
     dev = device()
     a, t, r = cfg.algo, cfg.train, cfg.rollout
@@ -313,6 +413,7 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
                               stop=stop_strings(cfg), seed=_sampling_seed(cfg, state.step, dist.rank))
     batch = rollout.generate(prompts, G, sampling)
     times["generate"] = time.perf_counter() - t0
+    fault("generate", state.step + 1)
 
     # 3. grade and reward
     t0 = time.perf_counter()
@@ -371,7 +472,7 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
     # 6. PPO epochs over mini-batches of prompts (groups stay together)
     t0 = time.perf_counter()
     stats_acc: dict[str, list[float]] = {}
-    ok = True
+    problems: list[str] = []
     norm_const = a.norm_const or float(r.max_tokens)
     for epoch in range(a.ppo_epochs):
         g = torch.Generator().manual_seed(_sampling_seed(cfg, state.step, dist.rank) + 7919 * (epoch + 1))
@@ -382,11 +483,13 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
             rows = (prompts_mb[:, None] * G + torch.arange(G)[None, :]).flatten()
             plan = plan_micro_batches(pmask, mask, t.micro_batch_tokens, rows, group_size=gs)
             norms = global_normalizers([mask[rows_] for rows_ in plan])
-            ok &= _update_policy(cfg, dist, models, batch, plan, mask, advantages, old_logp, ref_logp, norms,
-                                 norm_const, loss_sign, stats_acc)
+            bad = _update_policy(cfg, dist, models, batch, plan, mask, advantages, old_logp, ref_logp, norms,
+                                 norm_const, loss_sign, stats_acc, step=state.step + 1)
+            problems += [f"epoch {epoch + 1}, mini-batch {m + 1}: {bad}"] if bad else []
             if models.critic is not None:
-                ok &= _update_critic(cfg, dist, models, batch, plan, mask, values, returns, norms, norm_const,
-                                     stats_acc)
+                bad = _update_critic(cfg, dist, models, batch, plan, mask, values, returns, norms, norm_const,
+                                     stats_acc, step=state.step + 1)
+                problems += [f"epoch {epoch + 1}, mini-batch {m + 1}: {bad}"] if bad else []
     times["train"] = time.perf_counter() - t0
 
     # 7. weights -> rollout engine
@@ -396,7 +499,9 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
 
     metrics = _step_metrics(cfg, batch, grades, correct, scores, mask, truncated, stats_acc, ref_logp, old_logp)
     metrics["lr"] = models.policy.get_lr()[0]
-    metrics["bad_step"] = 0.0 if ok else 1.0
+    metrics["bad_step"] = 1.0 if problems else 0.0
+    if problems:
+        metrics["bad_reason"] = "; ".join(problems)
     metrics.update({f"time/{k}": v for k, v in times.items()})
     metrics["time/step"] = time.perf_counter() - t_step
     metrics["throughput/tokens_per_s"] = batch.num_tokens / max(metrics["time/step"], 1e-9)
@@ -416,15 +521,39 @@ def _acc(stats_acc: dict[str, list[float]], key: str, value) -> None:
     stats_acc.setdefault(key, []).append(float(value))
 
 
+def _skip_or_step(engine, guard: GradGuard | None, problem: str | None, what: str, step: int) -> str | None:
+    """The optimizer step of one mini-batch, unless some rank saw NaN/inf in it; returns what was bad."""
+    from mathrl.train.faults import fault
+
+    fault("optimizer", step)
+    if problem is None and guard is not None and guard.bad is not None:
+        problem = f"{what} gradient of {guard.bad} is NaN/inf"
+    if guard is not None:
+        guard.reset()
+    if _all_ranks_ok(problem is None):
+        engine.step()
+        gn = engine.get_global_grad_norm()
+        if gn is not None and not math.isfinite(float(gn)):  # DeepSpeed skipped it (its own overflow check)
+            return f"{what} gradient norm is {gn}"
+        return None
+    discard_gradients(engine)
+    return problem or f"{what}: NaN/inf on another rank"
+
+
 def _update_policy(cfg, dist, models, batch, plan, mask, advantages, old_logp, ref_logp, norms, norm_const,
-                   loss_sign, stats_acc) -> bool:
-    """Backward over the micro-batches of one mini-batch, then one optimizer step (skipped on NaN/inf)."""
+                   loss_sign, stats_acc, step: int = 0) -> str | None:
+    """Backward over the micro-batches of one mini-batch, then one optimizer step.
+
+    NaN/inf in the logprobs, the loss or any gradient skips the step (no backward after the first
+    bad micro-batch, gradients zeroed, no optimizer or scheduler step); returns where it was seen."""
+    from mathrl.train.faults import fault
+
     a, r = cfg.algo, cfg.rollout
     engine = models.policy
     engine.train()
-    ok = True
+    problem = None
     gs = group_share(cfg)
-    for rows in plan:
+    for i, rows in enumerate(plan):
         mb = make_micro_batch(batch.prompt_ids, batch.prompt_mask, batch.response_ids, mask, rows, device(), gs)
         # entropy comes from the same fused pass as the logprobs; it enters the loss only with a bonus
         logp, ent = policy_forward(engine, mb, temperature=_temp(r), with_entropy=True)
@@ -446,29 +575,31 @@ def _update_policy(cfg, dist, models, batch, plan, mask, advantages, old_logp, r
             _acc(stats_acc, f"policy/{k}", v)
         _acc(stats_acc, "policy/entropy", (ent.detach() * m).sum() / m.sum().clamp(min=1))
         _acc(stats_acc, "loss/policy", pg_loss.detach() * len(plan))
-        if not (_finite(loss) and _finite(logp)):
-            ok = False
+        if i == len(plan) - 1 and fault("loss", step):  # after the other micro-batches' backward
+            loss = loss * float("nan")
+        where = f"micro-batch {i + 1} of {len(plan)}"
+        if not _finite(logp):
+            problem = f"policy logprobs are NaN/inf ({where})"
+            break
+        if not _finite(loss):
+            problem = f"policy loss is {float(loss.detach())} ({where})"
             break
         # DeepSpeed averages gradients over ranks; the loss already carries the global normaliser.
         engine.backward(loss * dist.world_size, scale_wrt_gas=False)
-    ok = _all_ranks_ok(ok)
-    if ok:
-        engine.step()
-        gn = engine.get_global_grad_norm()
-        if gn is not None:
-            _acc(stats_acc, "policy/grad_norm", float(gn))
-            ok = math.isfinite(float(gn))
-    else:
-        engine.zero_grad()
-    return ok
+    problem = _skip_or_step(engine, models.policy_guard, problem, "policy", step)
+    gn = engine.get_global_grad_norm() if problem is None else None
+    if gn is not None:
+        _acc(stats_acc, "policy/grad_norm", float(gn))
+    return problem
 
 
-def _update_critic(cfg, dist, models, batch, plan, mask, old_values, returns, norms, norm_const, stats_acc) -> bool:
+def _update_critic(cfg, dist, models, batch, plan, mask, old_values, returns, norms, norm_const, stats_acc,
+                   step: int = 0) -> str | None:
     a = cfg.algo
     engine = models.critic
     engine.train()
-    ok = True
-    for rows in plan:
+    problem = None
+    for i, rows in enumerate(plan):
         mb = make_micro_batch(batch.prompt_ids, batch.prompt_mask, batch.response_ids, mask, rows, device(),
                               group_share(cfg))
         v = value_forward(engine, mb)
@@ -480,15 +611,10 @@ def _update_critic(cfg, dist, models, batch, plan, mask, old_values, returns, no
             _acc(stats_acc, f"critic/{k}", val)
         _acc(stats_acc, "loss/value", loss.detach() * len(plan))
         if not _finite(loss):
-            ok = False
+            problem = f"value loss is {float(loss.detach())} (micro-batch {i + 1} of {len(plan)})"
             break
         engine.backward(a.vf_coef * loss * dist.world_size, scale_wrt_gas=False)
-    ok = _all_ranks_ok(ok)
-    if ok:
-        engine.step()
-    else:
-        engine.zero_grad()
-    return ok
+    return _skip_or_step(engine, models.critic_guard, problem, "critic", step)
 
 
 def _step_metrics(cfg, batch, grades, correct, scores, mask, truncated, stats_acc, ref_logp, old_logp
@@ -564,6 +690,7 @@ def plot_rewards(history: list[dict], path: Path) -> None:
 def prepare_run(cfg: Config) -> tuple[DistInfo, Path]:
     """Process group, batch-size checks, the run folder with its resolved config; removes checkpoints
     half-written by a crash. Shared by every training method (RL here, SFT/RFT in mathrl.ablate)."""
+    preflight(cfg)  # cheap input checks (tokenizer, config.json, data) before any expensive work
     dist = init_distributed()
     _check_batching(cfg, dist)
     out = Path(cfg.train.output_dir)
@@ -621,12 +748,18 @@ def run(cfg: Config, *, loss_sign: float = 1.0, reward_fn=None, problems=None) -
                 metrics["time/ref_reset"] = time.perf_counter() - t0
             if _iterative(cfg, models):
                 metrics["ref/step"] = float(state.ref_step)
+            metrics.update(process_stats())
+            metrics["checkpoint/failures"] = float(state.save_failures)
             logger.log(state.step, metrics)
             if state.bad_steps >= cfg.train.max_bad_steps:
-                last = ckpt.list_checkpoints(out)
-                where = f"; last good checkpoint: {last[-1][1]}" if last else "; no checkpoint was written yet"
-                raise TrainingError(f"step {state.step}: {state.bad_steps} consecutive steps had NaN/inf in the loss, "
-                                    f"logprobs or gradients (skipped){where}. Lower train.lr or check the data.")
+                # skipped steps left the weights as they were after the last good step: save them
+                n = state.bad_steps
+                save_checkpoint(cfg, dist, models, state, final=True)
+                saved = ckpt.list_checkpoints(out)[-1][1]
+                raise TrainingError(f"step {state.step}: {n} consecutive steps had NaN/inf and were skipped (last one: "
+                                    f"{metrics.get('bad_reason', 'on another rank')}); the weights are those of step "
+                                    f"{state.step - n}, saved in {saved}. Lower train.lr or check the reward function "
+                                    "and data, then resume with --resume auto")
             if cfg.train.save_every and state.step % cfg.train.save_every == 0:
                 save_checkpoint(cfg, dist, models, state)
             if dist.is_main and cfg.eval.every and state.step % cfg.eval.every == 0 and eval_problems:
@@ -634,7 +767,7 @@ def run(cfg: Config, *, loss_sign: float = 1.0, reward_fn=None, problems=None) -
                                                   out_dir=out / "eval" / ckpt.step_dirname(state.step)))
                 logger.log(state.step, last_eval[1], event="eval")
         if not ckpt.list_checkpoints(out) or ckpt.list_checkpoints(out)[-1][0] != state.step:
-            save_checkpoint(cfg, dist, models, state)
+            save_checkpoint(cfg, dist, models, state, final=True)
         if dist.is_main:
             if last_eval[0] == state.step:  # the periodic evaluation of the last step is the final one
                 after = last_eval[1]

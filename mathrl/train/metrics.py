@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -38,6 +39,7 @@ class MetricsLogger:
         self._tb = None
         self._wandb = None
         self._t0 = time.time()
+        self._write_failed = False
         if not enabled:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -72,15 +74,23 @@ class MetricsLogger:
                 continue  # a line torn by a crash
             if rec.get("step", 0) <= resume_step:
                 keep.append(line)
-        self.path.write_text("".join(k + "\n" for k in keep))
+        tmp = self.path.with_name(self.path.name + ".tmp")  # a crash here must not lose the log
+        tmp.write_text("".join(k + "\n" for k in keep))
+        os.replace(tmp, self.path)
 
     def log(self, step: int, metrics: dict[str, float], event: str | None = None) -> None:
         if not self.enabled:
             return
         rec = {"step": step, **({"event": event} if event else {}),
                **{k: _clean(v) for k, v in sorted(metrics.items())}}
-        self._fh.write(json.dumps(rec) + "\n")
-        self._fh.flush()
+        try:
+            self._fh.write(json.dumps(rec) + "\n")
+            self._fh.flush()
+        except OSError as exc:  # a full disk must not end a run whose checkpoints may still fit elsewhere
+            if not self._write_failed:
+                print(f"mathrl: warning: could not append to {self.path} ({exc}); metrics of this and later steps "
+                      "may be missing", file=sys.stderr, flush=True)
+            self._write_failed = True
         if self._tb is not None:
             for k, v in metrics.items():
                 if isinstance(v, (int, float)) and math.isfinite(v):
@@ -103,6 +113,35 @@ class MetricsLogger:
             self._tb.close()
         if self._wandb is not None:
             self._wandb.finish()
+
+
+def process_stats() -> dict[str, float]:
+    """This process's resident memory (MB), open file descriptors and live child processes
+    (``sys/*`` metrics: a leak shows as growth over a long run)."""
+    out: dict[str, float] = {}
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    out["sys/rss_mb"] = int(line.split()[1]) / 1024
+                    break
+        out["sys/open_fds"] = float(len(os.listdir("/proc/self/fd")))
+        me = str(os.getpid())
+        kids = 0
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                try:
+                    with open(f"/proc/{pid}/stat") as fh:
+                        kids += fh.read().rsplit(")", 1)[1].split()[1] == me
+                except OSError:
+                    continue
+        out["sys/children"] = float(kids)
+    except OSError:  # not Linux: peak RSS only
+        import resource
+
+        out["sys/rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1024 * 1024 if sys.platform ==
+                                                                                 "darwin" else 1024)
+    return out
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:

@@ -54,8 +54,9 @@ def main() -> None:
     plan = plan_micro_batches(batch.prompt_mask, mask, cfg.train.micro_batch_tokens, rows, group_size=group_share(cfg))
     norms = global_normalizers([mask[r] for r in plan])
     stats: dict = {}
-    ok = _update_policy(cfg, dist, models, batch, plan, mask, advantages, None, ref_logp, norms, 1.0, 1.0, stats)
-    assert ok
+    problem = _update_policy(cfg, dist, models, batch, plan, mask, advantages, None, ref_logp, norms, 1.0, 1.0,
+                             stats)
+    assert problem is None, problem
     params = {k: v.detach().clone() for k, v in models.policy.module.named_parameters()}
     if dist.is_main:
         changed = sum(int(not torch.equal(before[k], params[k])) for k in params)

@@ -128,7 +128,7 @@ def test_resume_is_exact(digit_model_dir, tmp_path):
     w = _policy_weights(ckpt.list_checkpoints(part)[-1][1])
     for k in ref_w:
         assert torch.equal(w[k], ref_w[k]), k
-    strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith(("time/", "throughput/"))} for r in rows]
+    strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith(("time/", "throughput/", "sys/"))} for r in rows]
     assert strip(_steps(part)) == strip(ref_steps)
 
 
@@ -161,7 +161,7 @@ def test_iterative_rl_resets_reference_and_resumes_exactly(digit_model_dir, tmp_
     final = lambda out: _policy_weights(ckpt.list_checkpoints(out)[-1][1])
     ref_w, w = final(full), final(part)
     assert all(torch.equal(w[k], ref_w[k]) for k in ref_w)
-    strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith(("time/", "throughput/"))} for r in rows]
+    strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith(("time/", "throughput/", "sys/"))} for r in rows]
     assert strip(_steps(part)) == strip(steps)
 
     # a checkpoint that lost its reference weights is refused, not silently anchored to the wrong model

@@ -1,0 +1,56 @@
+"""A training run in its own process, for the reliability tests (kills, write failures, leaks).
+
+Usage: python _reliability_run.py TASK MODEL_DIR OUT [key=value ...]
+TASK: ``digit`` (custom problems and reward: deterministic and fast) or ``verifier`` (the demo
+recipe's synthetic problems; each response, wrapped in \boxed{}, is graded by the real verifier
+worker pool -- the tiny random model's text never takes the verifier's in-process fast path). Faults come from MATHRL_FAULT.
+Exit status: 0 done, 3 TrainingError (message on stderr), 4 CheckpointError.
+"""
+
+import os
+import sys
+
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+
+from mathrl.config import load_config  # noqa: E402
+from mathrl.train import checkpoint as ckpt  # noqa: E402
+from mathrl.train.loop import TrainingError, run  # noqa: E402
+
+
+def main() -> int:
+    task, model_dir, out, *extra = sys.argv[1:]
+    torch.set_num_threads(1)
+    common = [f"model.name={model_dir}", "rollout.backend=hf", f"train.output_dir={out}", "logging.tensorboard=false",
+              "logging.console=plain", "train.resume=auto"]
+    try:
+        if task == "digit":
+            from _train_tasks import digit_problems, first_digit_reward
+
+            cfg = load_config(None, [*common, "rollout.max_tokens=1", "rollout.n=4", "train.batch_size=4",
+                                     "train.lr=1e-2", "algo.kl_coef=0.04", "data.template=chat_boxed",
+                                     "train.micro_batch_tokens=16", *extra])
+            return run(cfg, problems=digit_problems(), reward_fn=first_digit_reward)
+        cfg = load_config("configs/demo.yaml", [*common, "rollout.max_tokens=4", "rollout.n=2", "train.batch_size=2",
+                                                "data.eval_limit=1", "eval.n=1", "eval.k=1", "eval.max_tokens=4",
+                                                "reward.workers=2", *extra])
+        from mathrl.reward import grade_batch
+
+        def boxed_verifier(responses, golds, truncated):  # every response goes through the worker pool
+            grades = grade_batch([f"\\boxed{{{r}}}" for r in responses], golds, workers=2, truncated=truncated)
+            return [float(g.correct) for g in grades]
+
+        return run(cfg, problems=None, reward_fn=boxed_verifier)
+    except TrainingError as exc:
+        print(f"TrainingError: {exc}", file=sys.stderr, flush=True)
+        return 3
+    except ckpt.CheckpointError as exc:
+        print(f"CheckpointError: {exc}", file=sys.stderr, flush=True)
+        return 4
+
+
+if __name__ == "__main__":
+    sys.exit(main())
