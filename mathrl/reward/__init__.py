@@ -5,11 +5,12 @@ Public API::
 
     from mathrl.reward import Grade, grade, grade_batch, compute_rewards
     grade(response, gold, timeout=5.0, truncated=False) -> Grade
-    grade_batch(responses, golds, timeout=5.0, workers=None, truncated=None) -> list[Grade]
+    grade_batch(responses, golds, timeout=5.0, workers=None, truncated=None, durations=None) -> list[Grade]
 
 Modules: ``extract`` (final-answer policy), ``normalize`` (cleaning + structure),
 ``equiv`` (equivalence rules), ``grader`` (in-process grading), ``pool`` (worker processes,
-timeouts), ``rewards`` (grade -> scalar), ``cli`` (``mathrl verify``).
+timeouts), ``rewards`` (grade -> scalar), ``cli`` (``mathrl verify``), ``hostile`` (seeded
+generator of hostile model outputs for ``scripts/fuzz_verifier.py`` and the tests).
 """
 
 from mathrl.reward.api import grade, grade_batch

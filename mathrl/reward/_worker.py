@@ -38,6 +38,25 @@ def _limit_memory() -> None:
         pass
 
 
+def _exit_with_parent(period: float = 1.0) -> None:
+    """Exit when the parent process dies. Closing stdin tells an idle worker to stop, but a
+    worker busy with a runaway sympy call only reads stdin after it; if the parent was killed
+    (SIGTERM, SIGKILL, OOM) nobody would ever SIGKILL that worker. A daemon thread polls
+    ``os.getppid()`` (it changes when the parent dies) and ends the process."""
+    import threading
+    import time
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(period)
+            if os.getppid() != parent:
+                os._exit(0)
+
+    threading.Thread(target=watch, name="mathrl-parent-watch", daemon=True).start()
+
+
 def _read_exact(stream, n: int) -> bytes | None:
     data = b""
     while len(data) < n:
@@ -49,6 +68,7 @@ def _read_exact(stream, n: int) -> bytes | None:
 
 
 def main() -> None:
+    _exit_with_parent()
     sys.setrecursionlimit(5000)
     import logging
 

@@ -10,6 +10,7 @@ in microseconds and gives the same verdict the worker would.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from mathrl.reward.grader import Grade, fast_grade
@@ -47,12 +48,16 @@ def grade_batch(
     timeout: float = 5.0,
     workers: int | None = None,
     truncated: Sequence[bool] | bool | None = None,
+    durations: list[float] | None = None,
 ) -> list[Grade]:
     """Grade many responses in parallel worker processes; results in input order.
 
     Each call is limited to ``timeout`` seconds (killed and recorded as ``timeout``; the worker
     is replaced). ``workers`` sets the shared pool's size (default: usable CPUs, at most 16).
     ``truncated``: one bool per response, a single bool for all, or None (= all False).
+    ``durations``: if a list is given, it is filled with one float per response: seconds spent
+    on it (in this process for the fast path; from dispatch to verdict for the worker pool, so
+    a timeout shows as about ``timeout``). For profiling the verifier; costs nothing otherwise.
     Safe to call from any thread.
     """
     t = _check_timeout(timeout)
@@ -72,16 +77,25 @@ def grade_batch(
         raise ValueError(f"workers must be >= 1, got {workers}")
     out: list[Grade | None] = []
     slow: list[int] = []
+    times = [0.0] * len(responses) if durations is not None else None
     for i, (r, g, tr) in enumerate(zip(responses, golds, truncs)):
+        t0 = time.perf_counter() if times is not None else 0.0
         fg = fast_grade(r, g, tr) if isinstance(r, str) and isinstance(g, str) else None
         if fg is None and not (isinstance(r, str) and isinstance(g, str)):
             fg = Grade(False, None, "error")
         out.append(fg)
+        if times is not None:
+            times[i] = time.perf_counter() - t0
         if fg is None:
             slow.append(i)
     if slow:
         pool = get_pool(workers)
-        res = pool.grade_many([(responses[i], golds[i], truncs[i]) for i in slow], t)
-        for i, g in zip(slow, res):
+        pool_times: list[float] | None = [] if times is not None else None
+        res = pool.grade_many([(responses[i], golds[i], truncs[i]) for i in slow], t, durations=pool_times)
+        for k, (i, g) in enumerate(zip(slow, res)):
             out[i] = g
+            if times is not None and pool_times is not None:
+                times[i] += pool_times[k]
+    if durations is not None and times is not None:
+        durations[:] = times
     return out  # type: ignore[return-value]

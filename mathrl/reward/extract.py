@@ -171,18 +171,43 @@ def _last_math_span(text: str) -> tuple[int, str] | None:
     return best
 
 
+_ANSWER_PREFIX_RE = re.compile(r"(?:answer|final answer)\s*[:=]\s*", re.IGNORECASE)
+_WRAPPERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
+
+
 def _strip_wrappers(s: str) -> str:
-    s = s.strip()
+    """Repeatedly strip whitespace, ``*``, math delimiters around the whole text, trailing
+    periods and an "Answer:" prefix, until nothing changes.
+
+    Works on indices into ``s`` (one slice at the end), so it is linear in len(s) even for
+    ``$$$$...`` of 400,000 characters (copying the text on every layer was quadratic)."""
+    lo, hi = 0, len(s)
+
+    def strip_set(lo: int, hi: int, chars: str | None) -> tuple[int, int]:
+        while lo < hi and (s[lo].isspace() if chars is None else s[lo] in chars):
+            lo += 1
+        while hi > lo and (s[hi - 1].isspace() if chars is None else s[hi - 1] in chars):
+            hi -= 1
+        return lo, hi
+
+    lo, hi = strip_set(lo, hi, None)
     prev = None
-    while s != prev:
-        prev = s
-        s = s.strip().strip("*").strip()
-        for a, b in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
-            if s.startswith(a) and s.endswith(b) and len(s) >= len(a) + len(b):
-                s = s[len(a) : len(s) - len(b)].strip()
-        s = s.rstrip(".").rstrip()
-        s = re.sub(r"^(?:answer|final answer)\s*[:=]\s*", "", s, flags=re.IGNORECASE)
-    return s
+    while (lo, hi) != prev:
+        prev = (lo, hi)
+        lo, hi = strip_set(lo, hi, None)
+        lo, hi = strip_set(lo, hi, "*")
+        lo, hi = strip_set(lo, hi, None)
+        for a, b in _WRAPPERS:
+            if hi - lo >= len(a) + len(b) and s.startswith(a, lo, hi) and s.endswith(b, lo, hi):
+                lo, hi = strip_set(lo + len(a), hi - len(b), None)
+        while hi > lo and s[hi - 1] == ".":
+            hi -= 1
+        while hi > lo and s[hi - 1].isspace():
+            hi -= 1
+        m = _ANSWER_PREFIX_RE.match(s, lo, hi)
+        if m:
+            lo = m.end()
+    return s[lo:hi]
 
 
 def _inner_box(s: str) -> str | None:
@@ -202,9 +227,11 @@ def extract_answer(response: str, truncated: bool = False) -> Extraction:
         para_start = text.rfind("\n\n", 0, last_start)
         finals = [b for b in boxes if b[0] > para_start]
         contents: list[str] = []
+        seen: set[str] = set()  # a set, not list membership: 50,000 boxes must stay linear
         for b in finals:
             c = b[2]
-            if c and c not in contents:
+            if c and c not in seen:
+                seen.add(c)
                 contents.append(c)
         if not contents:
             return Extraction(None, "boxed")

@@ -202,6 +202,55 @@ MAX_ANSWER_CHARS = 2000
 MAX_DEPTH = 40
 MAX_EXPONENT = 20000
 MAX_FACTORIAL = 2000
+MAX_EXP_NESTING = 2  # a^{b^{c}} is allowed, a^{b^{c^{d}}} (and \exp(\exp(\exp(x)))) is refused
+
+
+def _exp_nesting(s: str) -> int:
+    """Deepest nesting of exponents: each ``^`` (braced or not) and each ``\\exp(``/``\\exp{``
+    opens one level inside the current one. Linear time."""
+    stack: list[bool] = []  # one entry per open bracket: does it hold an exponent?
+    level = 0
+    best = 0
+    i = 0
+    n = len(s)
+    while i < n:
+        c = s[i]
+        if c == "^" or (c == "\\" and s.startswith("\\exp", i) and not s[i + 4 : i + 5].isalpha()):
+            j = i + 1 if c == "^" else i + 4
+            while j < n and s[j].isspace():
+                j += 1
+            if j < n and s[j] in "({[":
+                stack.append(True)
+                level += 1
+                best = max(best, level)
+                i = j + 1
+                continue
+            best = max(best, level + 1)  # unbraced exponent: one level for the next token
+            i = j
+            continue
+        if c == "\\":
+            i += 2
+            continue
+        if c in _OPENERS:
+            stack.append(False)
+        elif c in _CLOSERS and stack:
+            if stack.pop():
+                level -= 1
+        i += 1
+    return best
+
+
+def _bracket_before(s: str, close: int) -> str | None:
+    """Content of the bracket that closes at ``s[close]`` (scanning back), or None."""
+    depth = 0
+    for j in range(close, -1, -1):
+        if s[j] in _CLOSERS:
+            depth += 1
+        elif s[j] in _OPENERS:
+            depth -= 1
+            if depth == 0:
+                return s[j + 1 : close]
+    return None
 
 
 def guard(s: str) -> None:
@@ -209,9 +258,14 @@ def guard(s: str) -> None:
 
     Checks: length <= MAX_ANSWER_CHARS; bracket nesting <= MAX_DEPTH; ``\\frac`` nesting;
     integer exponents <= MAX_EXPONENT and no exponent that itself holds a power or factorial
-    of a literal (power towers like ``9^{9^{9^9}}``); factorial arguments <= MAX_FACTORIAL.
+    of a literal (power towers like ``9^{9^{9^9}}``); unbraced power chains (``2^2^2``,
+    ``10**10**10``); exponents nested deeper than MAX_EXP_NESTING (``e^{e^{e^{e^{9}}}}``);
+    factorial arguments <= MAX_FACTORIAL, also for ``\\Gamma(n)`` and ``\\binom{n}{k}``
+    (min(k, n-k) <= MAX_FACTORIAL, no powers or factorials inside), and no power or factorial
+    inside a factorial's bracket (``(7^{7})!``).
     Raises GuardError. (The worker pool's hard timeout and memory limit remain the last line.)
     """
+    s = s.replace("**", "^")  # the sympy parser reads ``**`` as ``^`` (see equiv._to_sympy)
     if len(s) > MAX_ANSWER_CHARS:
         raise GuardError(f"answer longer than {MAX_ANSWER_CHARS} characters")
     depth = 0
@@ -237,6 +291,31 @@ def guard(s: str) -> None:
         for num in re.findall(r"\d+", exp):
             if len(num) > 6 or int(num) > MAX_EXPONENT:
                 raise GuardError(f"exponent {num} larger than {MAX_EXPONENT}")
+        if not (j < len(s) and s[j] == "{") and re.match(r"\s*\^", s[j + len(exp) :]):
+            raise GuardError("power tower (unbraced power chain)")
+    if _exp_nesting(s) > MAX_EXP_NESTING:
+        raise GuardError(f"exponents nested deeper than {MAX_EXP_NESTING}")
+    for m in re.finditer(r"[)}\]]\s*!", s):
+        inner = _bracket_before(s, m.start())
+        if inner is not None and (re.search(r"[\^!]|\\uparrow", inner) or re.search(r"\d{5,}", inner)):
+            raise GuardError("power or large number inside a factorial")
+    for m in re.finditer(r"\\Gamma\s*[({]\s*(\d+)", s):
+        if len(m.group(1)) > 5 or int(m.group(1)) > MAX_FACTORIAL + 1:
+            raise GuardError(f"Gamma of {m.group(1)} too large")
+    for m in re.finditer(r"\\[dt]?binom\s*(?=\{)", s):
+        a = _brace_arg(s, m.end())
+        b = _brace_arg(s, a[1]) if a else None
+        if a is None or b is None:
+            continue
+        if re.search(r"[\^!]|\\uparrow", a[0] + b[0]):
+            raise GuardError("power or factorial inside a binomial coefficient")
+        na, nb = a[0].strip(), b[0].strip()
+        if re.fullmatch(r"\d{1,12}", na) and re.fullmatch(r"\d{1,12}", nb):
+            n_, k_ = int(na), int(nb)
+            if min(k_, n_ - k_) > MAX_FACTORIAL:
+                raise GuardError(f"binomial coefficient {n_} choose {k_} too large")
+        elif re.search(r"\d{7,}", na + nb):
+            raise GuardError("binomial coefficient with a huge argument")
     for m in re.finditer(r"(\d+)\s*!", s):
         if len(m.group(1)) > 5 or int(m.group(1)) > MAX_FACTORIAL:
             raise GuardError(f"factorial of {m.group(1)} too large")

@@ -144,15 +144,19 @@ class GraderPool:
         self.stats["restarts"] += 1
 
     # -- main loop
-    def grade_many(self, tasks: list[tuple[str, str, bool]], timeout: float) -> list[Grade]:
-        """Grade (response, gold, truncated) tasks; results in input order."""
+    def grade_many(self, tasks: list[tuple[str, str, bool]], timeout: float,
+                   durations: list[float] | None = None) -> list[Grade]:
+        """Grade (response, gold, truncated) tasks; results in input order. When ``durations``
+        is a list it is filled with each task's seconds from dispatch to verdict."""
         if timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
         with self._lock:
-            return self._run(tasks, float(timeout))
+            return self._run(tasks, float(timeout), durations)
 
-    def _run(self, tasks, timeout: float) -> list[Grade]:
+    def _run(self, tasks, timeout: float, durations: list[float] | None = None) -> list[Grade]:
         results: list[Grade | None] = [None] * len(tasks)
+        sent = [0.0] * len(tasks)
+        done = [0.0] * len(tasks)
         pending = list(range(len(tasks) - 1, -1, -1))  # pop() from the end = input order
         remaining = len(tasks)
         while remaining:
@@ -172,6 +176,7 @@ class GraderPool:
                         continue
                     w.task = i
                     w.deadline = now + timeout
+                    sent[i] = now
             # wait for something to happen
             fds = {w.fd: k for k, w in enumerate(self._workers) if w.proc.stdout and not w.proc.stdout.closed}
             deadlines = [w.deadline for w in self._workers if w.task is not None]
@@ -191,6 +196,7 @@ class GraderPool:
                         self._failed_starts += 1
                     if w.task is not None:
                         results[w.task] = Grade(False, None, "error")
+                        done[w.task] = time.monotonic()
                         remaining -= 1
                         self.stats["crashes"] += 1
                     self._replace(k)
@@ -203,6 +209,7 @@ class GraderPool:
                     i, correct, extracted, reason = msg
                     if w.task == i and results[i] is None:
                         results[i] = Grade(bool(correct), extracted, reason)
+                        done[i] = time.monotonic()
                         remaining -= 1
                         self.stats["tasks"] += 1
                     w.task = None
@@ -211,6 +218,7 @@ class GraderPool:
             for k, w in enumerate(self._workers):
                 if w.task is not None and now >= w.deadline:
                     results[w.task] = Grade(False, None, "timeout")
+                    done[w.task] = now
                     remaining -= 1
                     self.stats["timeouts"] += 1
                     self._replace(k)
@@ -225,6 +233,8 @@ class GraderPool:
                               f"`{self.python} -m mathrl.reward._worker` to see why. "
                               "Remaining cases are graded 'error'.", RuntimeWarning, stacklevel=3)
                 break
+        if durations is not None:
+            durations[:] = [max(0.0, d - s) if d and s else 0.0 for s, d in zip(sent, done)]
         return [r if r is not None else Grade(False, None, "error") for r in results]
 
 

@@ -156,7 +156,9 @@ def sft_train_step(engine, prompt_ids: Tensor, prompt_mask: Tensor, response_ids
             grad_norm = float(gn)
             ok = math.isfinite(grad_norm)
     else:
-        engine.zero_grad()
+        from mathrl.train.engines import discard_gradients
+
+        discard_gradients(engine)  # also ZeRO's reduced-gradient buffers (see discard_gradients)
     loss_global = _all_reduce_sum(total)  # the micro losses of all ranks sum to the step's mean NLL
     return {"sft/loss": loss_global, "sft/tokens": float(norms.tokens), "sft/rows": global_rows,
             "sft/micro_batches": float(len(plan)), "sft/grad_norm": grad_norm,
