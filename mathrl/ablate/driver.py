@@ -169,6 +169,23 @@ def result_config(cfg_dict: dict) -> dict:
     return out
 
 
+def config_differences(recorded: dict, cfg: Config) -> list[str]:
+    """Keys (``section.field``) whose value in ``cfg`` differs from a finished run's recorded config,
+    less the result-neutral ones. A field the record lacks (added to mathrl after the run) counts as
+    different only when ``cfg`` sets it to something other than its default."""
+    defaults = result_config(Config().to_dict())
+    old, new = result_config(recorded), result_config(cfg.to_dict())
+    out = []
+    for section in sorted(set(old) | set(new)):
+        o, n, d = old.get(section, {}), new.get(section, {}), defaults.get(section, {})
+        for key in sorted(set(o) | set(n)):
+            if key not in o and key in d and n.get(key) == d[key]:
+                continue
+            if o.get(key) != n.get(key):
+                out.append(f"{section}.{key}")
+    return out
+
+
 def _attempts_wall(run_dir: Path, *, start: float | None = None, end: float | None = None) -> float:
     """Record an attempt's start or end in ``attempts.json``; return the summed wall time of all attempts.
 
@@ -212,9 +229,10 @@ def run_one(study: Study, run: RunSpec, task: Task, *, log: Log = _log) -> dict:
     if done.is_file():
         rec = json.loads(done.read_text())
         log(f"[ablate] {run.name}: complete ({done}); skipped")
-        if rec.get("config") is not None and result_config(rec["config"]) != result_config(cfg.to_dict()):
+        changed = config_differences(rec["config"], cfg) if rec.get("config") is not None else []
+        if changed:
             log(f"[ablate] {run.name}: warning: the study now gives this run another config than the one it ran "
-                f"with; delete {run_dir} to redo it")
+                f"with ({', '.join(changed)}); delete {run_dir} to redo it")
         return rec
     trained_path = run_dir / TRAINED
     if trained_path.is_file():

@@ -114,7 +114,8 @@ def test_tiny_grid_writes_report_and_resumes_only_the_stopped_runs(tmp_path, dig
     path.write_text(yaml.safe_dump(edited))
     logs.clear()
     run_study(path, task=task, log=logs.append)
-    assert any("grpo: warning: the study now gives this run another config" in line for line in logs)
+    assert any("grpo: warning: the study now gives this run another config" in line and "(train.lr)" in line
+               for line in logs)
     assert not any("online_rft: warning" in line for line in logs)
     path.write_text(yaml.safe_dump({**edited, "runs": [{"method": "online_rft"},
                                                        {"method": "grpo", "overrides": {"algo.kl_coef": 0.0}}]}))

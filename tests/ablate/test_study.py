@@ -192,3 +192,18 @@ def test_dump_study_round_trips_the_expanded_runs(tmp_path):
     for a, b in zip(s.runs, again.runs):
         assert run_config(s, a).to_dict() == run_config(again, b).to_dict() and a.rft == b.rft
     assert run_config(again, again.run("grpo")).train.steps == 2
+
+
+def test_config_differences_ignore_neutral_keys_and_fields_added_later():
+    from mathrl.ablate.driver import config_differences
+    from mathrl.config import load_config
+
+    cfg = load_config(None, ["train.lr=1e-5"])
+    rec = cfg.to_dict()
+    del rec["algo"]["ref_update_every"]              # a field mathrl gained after the run finished
+    rec["train"]["keep_last"] = 9                     # checkpointing does not change the result
+    rec["logging"]["console"] = "plain"
+    assert config_differences(rec, cfg) == []
+    assert config_differences(rec, load_config(None, ["train.lr=1e-5", "algo.ref_update_every=3"])) == \
+        ["algo.ref_update_every"]
+    assert config_differences(rec, load_config(None, ["train.lr=2e-5"])) == ["train.lr"]
