@@ -1,0 +1,177 @@
+"""The benchmark scripts of issue 9: scripts/bench_vs_trl.py and scripts/bench_gpu.py.
+
+* The FLOPs formula of bench_gpu (used for MFU) against torch's own FLOP counter on a small
+  Qwen2-shaped model: forward, forward + backward, a cached prefix, and mathrl's shared-prompt
+  GRPO forward (fast).
+* bench_vs_trl end to end at ``--size tiny`` with the tiny random model: both systems and the limit
+  worker run, alternate, and produce the markdown table and the JSON file (slow: ~30-60 s).
+* bench_gpu ``--help`` works without a GPU, and ``--smoke`` runs its whole path on CPU (slow).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPTS = REPO / "scripts"
+GSM8K = REPO.parent / "shared" / "data" / "gsm8k" / "train.jsonl"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", SCRIPTS / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up while the file executes
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def bench_gpu():
+    return _load("bench_gpu")
+
+
+@pytest.fixture(scope="module")
+def eager_model(bench_gpu):
+    # eager attention: plain matmuls, which torch's FLOP counter sees (its CPU SDPA kernel it does not)
+    return bench_gpu.build_model(bench_gpu.SMOKE, torch.float32, "cpu", attn="eager")
+
+
+def _count(fn) -> int:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as fc:
+        fn()
+    return fc.get_total_flops()
+
+
+def test_forward_flops_match_torch_counter(bench_gpu, eager_model):
+    s = bench_gpu.SMOKE
+    ids = torch.randint(3, s.vocab, (3, 24), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        got = _count(lambda: eager_model(input_ids=ids, logits_to_keep=10, use_cache=False))
+    assert got == bench_gpu.forward_flops(s, 24, 10, causal=False, rows=3)
+    # causal counts only the needed query-key pairs: fewer than the dense rectangle
+    assert bench_gpu.forward_flops(s, 24, 10, causal=True, rows=3) < got
+
+
+def test_training_flops_are_three_forwards(bench_gpu, eager_model):
+    s = bench_gpu.SMOKE
+    ids = torch.randint(3, s.vocab, (2, 20), generator=torch.Generator().manual_seed(1))
+    eager_model.train()
+
+    def fwd_bwd():
+        eager_model(input_ids=ids, logits_to_keep=8, use_cache=False).logits.sum().backward()
+
+    got = _count(fwd_bwd)
+    eager_model.zero_grad(set_to_none=True)
+    assert got == 3 * bench_gpu.forward_flops(s, 20, 8, causal=False, rows=2)
+
+
+def test_cached_prefix_flops(bench_gpu, eager_model):
+    from transformers import DynamicCache
+
+    s = bench_gpu.SMOKE
+    ids = torch.randint(3, s.vocab, (3, 24), generator=torch.Generator().manual_seed(2))
+    cache = DynamicCache(config=eager_model.config)
+    with torch.no_grad():
+        eager_model(input_ids=ids[:, :7], use_cache=True, past_key_values=cache)
+        got = _count(lambda: eager_model(input_ids=ids[:, 7:], use_cache=True, past_key_values=cache,
+                                         logits_to_keep=5))
+    assert got == bench_gpu.forward_flops(s, 17, 5, causal=False, prefix_len=7, rows=3)
+
+
+def test_train_flops_of_mathrl_shared_prompt_update(bench_gpu, eager_model):
+    """train_flops(shared_prompt=True) = what mathrl's grouped policy forward + backward computes,
+    except the one logits position per row that the shared path computes and drops."""
+    from mathrl.train.forward import make_micro_batch, policy_forward
+
+    s = bench_gpu.SMOKE
+    B, G, P, R = 2, 3, 9, 6
+    g = torch.Generator().manual_seed(3)
+    prompts = torch.randint(3, s.vocab, (B, P), generator=g).repeat_interleave(G, 0)
+    resp = torch.randint(3, s.vocab, (B * G, R), generator=g)
+    pmask = torch.ones_like(prompts, dtype=torch.bool)
+    rmask = torch.ones_like(resp, dtype=torch.bool)
+    mb = make_micro_batch(prompts, pmask, resp, rmask, torch.arange(B * G), "cpu", G)
+    eager_model.train()
+
+    def step():
+        logp, _ = policy_forward(eager_model, mb, temperature=1.0, with_entropy=True)
+        logp.sum().backward()
+
+    got = _count(step)
+    eager_model.zero_grad(set_to_none=True)
+    expected = bench_gpu.train_flops(s, [P] * B, [[R] * G] * B, shared_prompt=True, causal=False)
+    dropped = 3 * B * G * 2 * s.hidden * s.vocab
+    assert got == expected + dropped
+    # sharing the prompt computes less than repeating it for every row
+    assert expected < bench_gpu.train_flops(s, [P] * B, [[R] * G] * B, shared_prompt=False, causal=False)
+
+
+def test_trl_micro_rows_fit_the_token_budget():
+    mod = _load("bench_vs_trl")
+    assert mod.trl_micro_rows(64, 200, 128, 8192) == 16  # 16 x 328 fits, 32 x 328 does not
+    assert mod.trl_micro_rows(16, 300, 64, 8192) == 16
+    assert mod.trl_micro_rows(6, 10_000, 64, 8192) == 1  # one row over budget still forms a micro-batch
+
+
+def _env() -> dict:
+    return dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1",
+                DS_ACCELERATOR="cpu")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_bench_vs_trl_tiny_end_to_end(tmp_path):
+    if not GSM8K.is_file():
+        pytest.skip(f"real data file {GSM8K} is absent")
+    pytest.importorskip("trl")
+    out, md = tmp_path / "res.json", tmp_path / "table.md"
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "bench_vs_trl.py"), "--size", "tiny", "--model", "tiny",
+                           "--steps", "1", "--threads", "1", "--out", str(out), "--md", str(md),
+                           "--workdir", str(tmp_path / "work")],
+                          cwd=REPO, env=_env(), capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert set(res["systems"]) == {"trl", "mathrl-hf"}
+    B, G, T = res["size"]["B"], res["size"]["G"], res["size"]["T"]
+    for name, s in res["systems"].items():
+        steps = res["raw"][name]
+        assert len(steps) == 2  # warm-up + 1 measured
+        assert s["wall_median"] > 0 and s["peak_rss_mib"] > 100
+        # every row generated at least one token and at most T
+        assert B * G <= s["gen_tokens_median"] <= B * G * T
+        assert s["phases_median"]["generate"] > 0
+    assert res["systems"]["mathrl-hf"]["ratio_vs_trl"] > 0
+    assert res["limit"]["decode_tok_s"] > 0 and res["limit"]["update_tok_s"] > 0
+    # the TRL run used the settings the script promises (printed and recorded)
+    trl = res["settings"]["trl"]
+    assert trl["gradient_checkpointing"] is False and trl["use_cpu"] is True and trl["use_vllm"] is False
+    assert trl["beta"] == pytest.approx(0.04) and trl["num_generations"] == G
+    table = md.read_text()
+    assert table.startswith("| system |") and "mathrl, hf backend" in table and "TRL" in table and "limit" in table
+    assert table.strip() in proc.stdout
+
+
+@pytest.mark.slow
+def test_bench_gpu_help_and_cpu_smoke(tmp_path):
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "bench_gpu.py"), "--help"], cwd=REPO, env=_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "deepspeed" in proc.stdout.lower() and "--smoke" in proc.stdout
+    out = tmp_path / "gpu.json"
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "bench_gpu.py"), "--smoke", "--no-deepspeed",
+                           "--out", str(out)], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    tr, ge = res["grpo_update"], res["generation"]
+    assert "no DeepSpeed" in tr["optimizer"] and tr["update_s_median"] > 0 and tr["train_flops"] > 0
+    assert ge["mathrl_hf"]["tokens"] > 0 and ge["raw_hf_generate"]["tokens"] > 0
+    assert res["markdown"].startswith("| GPU measurement |")
