@@ -538,6 +538,10 @@ class Worker:
                    TOKENIZERS_PARALLELISM="false", DS_ACCELERATOR="cpu", HF_HUB_OFFLINE="1",
                    HF_DATASETS_OFFLINE="1", PYTHONUNBUFFERED="1")
         env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        # each worker is a world of one: a process group of the caller (RANK, MASTER_PORT in the
+        # environment, e.g. a test session or a launcher) must not leak into it
+        for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+            env.pop(key, None)
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker", kind,
                                       "--spec", json.dumps(spec)], stdin=subprocess.PIPE,

@@ -68,8 +68,11 @@ def _spawn(task: str, model_dir, out, *extra, fault: str = "", tag: str = "", **
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     env.update({"OMP_NUM_THREADS": "1", faults.ENV: fault, "MATHRL_TEST_TAG": tag or f"run-{os.getpid()}"})
+    # SIGINT back to its default: a test session started in the background (nohup ... &) ignores it,
+    # and an ignored SIGINT is inherited, so the Ctrl-C test would otherwise send it into the void
     return subprocess.Popen([sys.executable, str(RUNNER), task, str(model_dir), str(out), *extra], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **kw)
 
 
 def _finish(proc: subprocess.Popen, timeout: float = 600) -> tuple[int, str]:
