@@ -151,28 +151,15 @@ def run_sft_method(cfg: Config, *, online: bool, dedup: bool = True, max_per_pro
     """
     from mathrl.train import checkpoint as ckpt
     from mathrl.train.engines import device
-    from mathrl.config import ConfigError
-    from mathrl.train.loop import (State, TrainingError, build_models, load_checkpoint, load_training_problems,
-                                   make_rollout, prepare_run, save_checkpoint, sync_weights)
-    from mathrl.train.metrics import MetricsLogger
+    from mathrl.train.loop import (State, TrainingError, build_models, load_training_problems, make_rollout,
+                                   prepare_run, resume_and_log, save_checkpoint, sync_weights)
     from mathrl.train.sft import sft_train_step
 
     dist, out = prepare_run(cfg)
     problems = problems if problems is not None else load_training_problems(cfg)
     models = build_models(cfg, dist, cfg.train.steps)
     state = State()
-    try:
-        resume_from = ckpt.find_resume(out, cfg.train.resume)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    if resume_from is not None:
-        load_checkpoint(resume_from, models, state)
-        if dist.is_main:
-            print(f"mathrl: resumed from {resume_from} (step {state.step})", flush=True)
-    logger = MetricsLogger(out, enabled=dist.is_main, tensorboard=cfg.logging.tensorboard, wandb=cfg.logging.wandb,
-                           wandb_project=cfg.logging.wandb_project, config=cfg.to_dict(),
-                           resume_step=state.step if resume_from is not None else None,
-                           total_steps=cfg.train.steps, console=cfg.logging.console, log_every=cfg.logging.log_every)
+    resume_from, logger = resume_and_log(cfg, dist, out, models, state)
     rollout = make_rollout(cfg, models)
     opts: dict[str, Any] = dict(dedup=dedup, max_per_problem=max_per_problem, reward_fn=reward_fn)
     try:

@@ -701,6 +701,25 @@ def prepare_run(cfg: Config) -> tuple[DistInfo, Path]:
     return dist, out
 
 
+def resume_and_log(cfg: Config, dist: DistInfo, out: Path, models: Models, state: State
+                   ) -> tuple[Path | None, MetricsLogger]:
+    """Restore ``train.resume``'s checkpoint into ``models``/``state`` (if any) and open the metrics log
+    (truncated to the resumed step). Shared by every training method (RL here, SFT/RFT in mathrl.ablate)."""
+    try:
+        resume_from = ckpt.find_resume(out, cfg.train.resume)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if resume_from is not None:
+        load_checkpoint(resume_from, models, state)
+        if dist.is_main:
+            print(f"mathrl: resumed from {resume_from} (step {state.step})", flush=True)
+    logger = MetricsLogger(out, enabled=dist.is_main, tensorboard=cfg.logging.tensorboard, wandb=cfg.logging.wandb,
+                           wandb_project=cfg.logging.wandb_project, config=cfg.to_dict(),
+                           resume_step=state.step if resume_from is not None else None,
+                           total_steps=cfg.train.steps, console=cfg.logging.console, log_every=cfg.logging.log_every)
+    return resume_from, logger
+
+
 def run(cfg: Config, *, loss_sign: float = 1.0, reward_fn=None, problems=None) -> int:
     """Run training as configured; returns the process exit code.
 
@@ -716,18 +735,7 @@ def run(cfg: Config, *, loss_sign: float = 1.0, reward_fn=None, problems=None) -
         eval_problems = heldout_problems(cfg)[1]
     models = build_models(cfg, dist, cfg.train.steps)
     state = State()
-    try:
-        resume_from = ckpt.find_resume(out, cfg.train.resume)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    if resume_from is not None:
-        load_checkpoint(resume_from, models, state)
-        if dist.is_main:
-            print(f"mathrl: resumed from {resume_from} (step {state.step})", flush=True)
-    logger = MetricsLogger(out, enabled=dist.is_main, tensorboard=cfg.logging.tensorboard, wandb=cfg.logging.wandb,
-                           wandb_project=cfg.logging.wandb_project, config=cfg.to_dict(),
-                           resume_step=state.step if resume_from else None, total_steps=cfg.train.steps,
-                           console=cfg.logging.console, log_every=cfg.logging.log_every)
+    resume_from, logger = resume_and_log(cfg, dist, out, models, state)
     rollout = make_rollout(cfg, models)
     try:
         sync_weights(rollout, models.policy)
