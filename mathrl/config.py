@@ -76,7 +76,8 @@ class DataConfig:
                                         "synthetic draw with another seed, or the source's test split).")
     eval_path: Optional[str] = option(None, "Local file for eval_source.")
     eval_limit: int = option(64, "Number of held-out problems evaluated.", ge=1)
-    shuffle: bool = option(True, "Shuffle training problems each epoch (seeded by train.seed).")
+    shuffle: bool = option(True, "Visit the training problems in a new seeded order (train.seed) each pass "
+                           "over the data; false = file order, pass after pass (curriculum files).")
 
 
 @dataclass
@@ -107,6 +108,13 @@ class RewardConfig:
         "correctness", "Reward from the verifier's grade: correctness (1/0), or correctness plus "
         "reward.format_bonus when the answer is in \\boxed{}.")
     format_bonus: float = option(0.0, "Added when the final answer is in \\boxed{} (correctness_format).", ge=0.0)
+    overlong_penalty: float = option(0.0, "DAPO's soft overlong punishment (Yu et al. 2025, eq. 13): up to this "
+                                     "much is subtracted from the reward of a response whose length enters "
+                                     "the last reward.overlong_buffer tokens before rollout.max_tokens "
+                                     "(linearly; the full amount when it is cut at the limit). 0 = off.",
+                                     ge=0.0)
+    overlong_buffer: Optional[int] = option(None, "Length of the soft overlong zone in tokens (None = "
+                                            "rollout.max_tokens // 4).", ge=1)
     timeout: float = option(5.0, "Hard per-response verification timeout in seconds (the worker is killed).",
                             gt=0.0)
     workers: Optional[int] = option(None, "Verifier worker processes (None = number of cores).", ge=1)
@@ -114,19 +122,24 @@ class RewardConfig:
 
 @dataclass
 class AlgoConfig:
-    name: Literal["grpo", "ppo"] = option("grpo", "Algorithm preset. grpo: group-relative advantages, KL in "
-                                          "the loss. ppo: critic + GAE, KL in the reward.")
+    name: Literal["grpo", "ppo"] = option("grpo", "Algorithm preset. grpo: group-relative advantages, KL (k3) "
+                                          "in the loss. ppo: critic + GAE, KL (k1) in the per-token reward.")
     advantage: Literal["auto", "grpo", "dr_grpo", "rloo", "reinforce_pp", "gae"] = option(
         "auto", "Advantage estimator; auto = grpo for algo.name=grpo, gae for ppo.")
     kl_coef: float = option(0.04, "beta, weight of the KL to the reference model (DeepSeekMath: 0.04). 0 = no "
                             "reference model is loaded.", ge=0.0)
-    kl_estimator: Literal["k1", "k2", "k3"] = option("k3", "KL estimator (k3 is DeepSeekMath's, unbiased "
-                                                     "and non-negative).")
+    kl_estimator: Literal["auto", "k1", "k2", "k3"] = option(
+        "auto", "KL estimator (Schulman 2020). auto = k3 when the KL is in the loss (DeepSeekMath eq. 4: "
+        "non-negative, low variance) and k1 when it is a per-token reward penalty (InstructGPT/PPO and "
+        "REINFORCE++: log pi - log pi_ref). k1 in the loss is refused: its expected gradient is zero.")
     ref_update_every: int = option(0, "Iterative RL (DeepSeekMath sec. 4.2): every N steps the reference model "
                                    "is reset to the current policy, so the KL anchors to the latest iterate "
                                    "instead of the initial model. 0 = never. Needs algo.kl_coef > 0.", ge=0)
-    kl_in: Literal["auto", "loss", "reward"] = option("auto", "Where the KL goes; auto = loss for grpo, "
-                                                      "reward (per token) for ppo.")
+    kl_in: Literal["auto", "loss", "reward"] = option(
+        "auto", "Where the KL goes. auto = the loss for the group estimators (grpo, dr_grpo, rloo: "
+        "DeepSeekMath) and the per-token reward for the token-level ones (gae: PPO; reinforce_pp: "
+        "REINFORCE++). 'reward' with a group estimator subtracts beta * sum_t KL_t from each response's "
+        "score before the group baseline (the RLOO paper's sequence-level KL reward).")
     clip_low: float = option(0.2, "PPO ratio clip below 1 (epsilon).", ge=0.0, lt=1.0)
     clip_high: float = option(0.2, "PPO ratio clip above 1; > clip_low is DAPO's clip-higher (0.28).", ge=0.0,
                               lt=10.0)
@@ -144,7 +157,9 @@ class AlgoConfig:
                              "equal the current ones and are not recomputed.", ge=1)
     gamma: float = option(1.0, "Discount (GAE / REINFORCE++).", ge=0.0, le=1.0)
     lam: float = option(0.95, "GAE lambda.", ge=0.0, le=1.0)
-    value_clip: float = option(0.2, "PPO value clip range.", ge=0.0)
+    value_clip: float = option(0.2, "PPO value clip range: the new value may move at most this far from the "
+                               "old one before the clipped error takes over. 0 = no value clipping (plain "
+                               "0.5 * (V - R)^2).", ge=0.0)
     vf_coef: float = option(0.5, "Value loss weight (PPO).", ge=0.0)
 
 
@@ -234,7 +249,15 @@ class Config:
     def kl_in(self) -> str:
         if self.algo.kl_in != "auto":
             return self.algo.kl_in
-        return "reward" if self.algo.name == "ppo" else "loss"
+        from mathrl.algo.advantages import TOKEN_LEVEL
+
+        return "reward" if self.advantage in TOKEN_LEVEL else "loss"
+
+    @property
+    def kl_estimator(self) -> str:
+        if self.algo.kl_estimator != "auto":
+            return self.algo.kl_estimator
+        return "k1" if self.kl_in == "reward" else "k3"
 
 
 # --------------------------------------------------------------------------- typing helpers
@@ -460,6 +483,11 @@ def validate(cfg: Config) -> None:
     if cfg.algo.ref_update_every and cfg.algo.kl_coef == 0:
         raise ConfigError(f"algo.ref_update_every = {cfg.algo.ref_update_every}: resetting the reference model only "
                           "matters with a KL term; set algo.kl_coef > 0 or algo.ref_update_every = 0")
+    if cfg.algo.kl_coef > 0 and cfg.kl_in == "loss" and cfg.kl_estimator == "k1":
+        raise ConfigError("algo.kl_estimator = 'k1' with the KL in the loss (algo.kl_in resolves to 'loss'): k1 = "
+                          "log pi - log pi_ref has zero expected gradient as a loss term, so the penalty would do "
+                          "nothing; use k3 (DeepSeekMath) or k2 in the loss, or set algo.kl_in=reward to use k1 "
+                          "as a reward penalty")
     mb = cfg.train.mini_batch_size
     if mb is not None and (mb > cfg.train.batch_size or cfg.train.batch_size % mb):
         raise ConfigError(f"train.mini_batch_size = {mb}: must divide train.batch_size = {cfg.train.batch_size}")

@@ -56,7 +56,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "dr_grpo": {"algo.advantage": "dr_grpo", "algo.loss_agg": "seq-mean-token-sum-norm"},
     "no_kl": {"algo.kl_coef": 0.0},
     "kl0.04": {"algo.kl_coef": 0.04},
-    "k1": {"algo.kl_estimator": "k1"},
+    "k1": {"algo.kl_estimator": "k1", "algo.kl_in": "reward"},  # k1 only works as a reward penalty
     "k3": {"algo.kl_estimator": "k3"},
     "clip_higher": {"algo.clip_low": 0.2, "algo.clip_high": 0.28},   # DAPO
     "token_mean": {"algo.loss_agg": "token-mean"},

@@ -48,8 +48,14 @@ __all__ = [
     "reinforce_pp",
     "gae",
     "token_level_rewards",
+    "sequence_kl_scores",
     "broadcast_to_tokens",
 ]
+
+Reduce = Callable[[Tensor], Tensor]
+"""A sum over data-parallel ranks (``all_reduce(SUM)`` that returns the summed tensor); ``None`` = this
+process's data only. Passed to the whitening functions so that their statistics are those of the global
+batch: with it, world size 2 gives the same advantages as world size 1 on the same global batch."""
 
 
 # --------------------------------------------------------------------------- helpers
@@ -104,7 +110,7 @@ def masked_var(x: Tensor, mask: Tensor, *, unbiased: bool = True) -> Tensor:
 
 
 def masked_whiten(
-    x: Tensor, mask: Tensor, *, shift_mean: bool = True, eps: float = 1e-8
+    x: Tensor, mask: Tensor, *, shift_mean: bool = True, eps: float = 1e-8, reduce: Reduce | None = None
 ) -> Tensor:
     """Whiten ``x`` with statistics taken over the valid positions only.
 
@@ -112,10 +118,24 @@ def masked_whiten(
     variance; with ``shift_mean=False`` the mean is added back
     (``x' = (x - mean) / sqrt(var + eps) + mean``: rescale without centring, as
     OpenRLHF/TRL do for returns). Output is 0 at padding positions.
+
+    ``reduce`` (see :data:`Reduce`) makes the statistics global: the masked sum and count are
+    summed over ranks first, then the sum of squared deviations from the global mean (two
+    reductions, in float64 so that the result does not depend on how the batch is split).
     """
     m = _check_mask(x, mask)
-    mean = masked_mean(x, m)
-    var = masked_var(x, m)
+    if reduce is None:
+        mean = masked_mean(x, m)
+        var = masked_var(x, m)
+    else:
+        zero64 = torch.zeros((), dtype=torch.float64, device=x.device)
+        x64 = x.to(torch.float64)
+        sums = reduce(torch.stack([torch.where(m, x64, zero64).sum(), m.sum().to(torch.float64)]))
+        n = sums[1]
+        mean64 = sums[0] / n.clamp(min=1)
+        sq = reduce(torch.where(m, (x64 - mean64) ** 2, zero64).sum().reshape(1))[0]
+        var64 = torch.where(n > 1, sq / (n - 1).clamp(min=1), zero64)
+        mean, var = mean64.to(x.dtype), var64.to(x.dtype)
     out = (x - mean) * torch.rsqrt(var + eps)
     if not shift_mean:
         out = out + mean
@@ -210,7 +230,8 @@ def rloo(scores: Tensor, group_index: Tensor) -> Tensor:
 # --------------------------------------------------------------------------- token level
 
 
-def reinforce_pp(token_rewards: Tensor, mask: Tensor, *, gamma: float = 1.0) -> Tensor:
+def reinforce_pp(token_rewards: Tensor, mask: Tensor, *, gamma: float = 1.0, reduce: Reduce | None = None
+                 ) -> Tensor:
     """REINFORCE++ advantage (Hu 2025, arXiv:2501.03262, sec. 3).
 
     Discounted return-to-go over the valid tokens of each response, then whitened with
@@ -222,7 +243,8 @@ def reinforce_pp(token_rewards: Tensor, mask: Tensor, *, gamma: float = 1.0) -> 
     Padding tokens are skipped by the recursion (a hole in the mask does not break the
     return), their rewards are ignored and their advantage is 0. The KL penalty, if
     any, is expected to be already inside ``token_rewards`` (see
-    :func:`token_level_rewards`). Returns ``[N, T]``.
+    :func:`token_level_rewards`). ``reduce`` makes the whitening statistics those of the
+    global batch (:data:`Reduce`). Returns ``[N, T]``.
     """
     _check_2d(token_rewards, "token_rewards")
     m = _check_mask(token_rewards, mask, "token_rewards")
@@ -232,7 +254,7 @@ def reinforce_pp(token_rewards: Tensor, mask: Tensor, *, gamma: float = 1.0) -> 
         valid = m[:, t]
         running = torch.where(valid, token_rewards[:, t] + gamma * running, running)
         returns[:, t] = running
-    return masked_whiten(returns, m)
+    return masked_whiten(returns, m, reduce=reduce)
 
 
 def gae(
@@ -319,6 +341,25 @@ def token_level_rewards(
     rows = torch.arange(m.shape[0], device=m.device)
     rewards[rows, last] += scores.to(dtype)
     return rewards
+
+
+def sequence_kl_scores(scores: Tensor, kl: Tensor, mask: Tensor, kl_coef: float) -> Tensor:
+    """Fold a per-token KL penalty into sequence-level scores (RLOO, Ahmadian et al. 2024, sec. 3)::
+
+        r_i' = r_i - kl_coef * sum_t kl_{i,t} * m_{i,t}
+
+    For the group estimators (grpo, dr_grpo, rloo) with the KL in the reward: the penalty is part of
+    each response's score *before* the group baseline, so a response that drifted further from the
+    reference than its siblings gets a lower advantage. ``kl`` is a per-token estimate
+    (:func:`mathrl.algo.kl.estimate`, usually k1 of the sampling policy), detached; padding is
+    ignored. Returns ``[N]``.
+    """
+    if scores.dim() != 1 or kl.dim() != 2 or kl.shape[0] != scores.shape[0]:
+        raise ValueError(f"expected scores [N] and kl [N, T], got {tuple(scores.shape)} and {tuple(kl.shape)}")
+    m = _check_mask(kl, mask, "kl")
+    dtype = scores.dtype if scores.dtype.is_floating_point else torch.float32
+    total = torch.where(m, kl.detach().to(dtype), torch.zeros((), dtype=dtype, device=kl.device)).sum(1)
+    return scores.to(dtype) - kl_coef * total
 
 
 def broadcast_to_tokens(seq_values: Tensor, mask: Tensor) -> Tensor:

@@ -50,6 +50,22 @@ def device() -> torch.device:
     return torch.device("cpu")
 
 
+def all_reduce(t: torch.Tensor, op: str = "sum") -> torch.Tensor:
+    """All-reduce ``t`` over the world (``op`` = ``sum`` or ``max``) and return the result on ``t``'s device.
+
+    The trainer's collectives go through here: the tensor travels on :func:`device` (NCCL refuses CPU
+    tensors; gloo takes them), so callers can build their counts and flags wherever is convenient.
+    Without an initialised process group it returns ``t`` unchanged (a world of one).
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return t
+    x = t.detach().to(device()).clone()
+    dist.all_reduce(x, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}[op])
+    return x.to(t.device)
+
+
 def init_distributed() -> DistInfo:
     """Initialise the process group once (gloo on CPU, nccl on GPU).
 

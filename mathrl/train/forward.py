@@ -83,6 +83,25 @@ def plan_micro_batches(prompt_mask: Tensor, response_mask: Tensor, token_budget:
     return groups
 
 
+def agreed_plan(plan: list[Tensor], group_size: int = 1) -> list[tuple[Tensor, bool]]:
+    """``plan`` padded to the largest micro-batch count of any rank: ``(rows, real)`` pairs.
+
+    ZeRO-2 reduces gradients inside each backward and ZeRO-3 gathers parameters inside each forward,
+    so every rank must run the same number of forwards/backwards in a step, or the ranks with more
+    work wait forever for the others (measured: 1 vs 3 backwards hangs ZeRO-2/3). Token-budgeted
+    plans differ between ranks whenever their responses differ in length. The ranks agree on the
+    maximum count (one all-reduce, as verl does for its dynamic batches) and a rank with fewer
+    micro-batches appends padding entries (``real=False``): its first whole group again, to be run
+    with weight 0 (trainer) or discarded (no-grad forwards). Gradients stay exact: a zero-weight
+    backward adds exact zeros.
+    """
+    from mathrl.train.engines import all_reduce
+
+    n = int(all_reduce(torch.tensor([len(plan)], dtype=torch.int64), "max")[0])
+    pad = plan[0][: max(1, group_size)]
+    return [(rows, True) for rows in plan] + [(pad, False)] * (n - len(plan))
+
+
 def make_micro_batch(prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, response_mask: Tensor,
                      rows: Tensor, device: torch.device | str = "cpu", group_size: int = 1) -> MicroBatch:
     if rows.numel() % max(1, group_size):
@@ -197,10 +216,12 @@ def batch_logprobs(model, prompt_ids, prompt_mask, response_ids, response_mask, 
                    temperature: float, device, group_size: int = 1) -> Tensor:
     """Logprobs ``[N, T]`` of every response token under ``model`` (no grad), micro-batched."""
     full = torch.zeros(response_ids.shape, dtype=torch.float32)
-    for rows in plan_micro_batches(prompt_mask, response_mask, token_budget, group_size=group_size):
+    plan = plan_micro_batches(prompt_mask, response_mask, token_budget, group_size=group_size)
+    for rows, real in agreed_plan(plan, group_size):  # same forward count on every rank (ZeRO-3 gathers)
         mb = make_micro_batch(prompt_ids, prompt_mask, response_ids, response_mask, rows, device, group_size)
         logp, _ = policy_forward(model, mb, temperature=temperature)
-        scatter_rows(full, mb, logp)
+        if real:
+            scatter_rows(full, mb, logp)
     return full
 
 
@@ -209,7 +230,10 @@ def batch_values(critic, prompt_ids, prompt_mask, response_ids, response_mask, *
                  device, group_size: int = 1) -> Tensor:
     """Critic values ``[N, T]`` (no grad), micro-batched."""
     full = torch.zeros(response_ids.shape, dtype=torch.float32)
-    for rows in plan_micro_batches(prompt_mask, response_mask, token_budget, group_size=group_size):
+    plan = plan_micro_batches(prompt_mask, response_mask, token_budget, group_size=group_size)
+    for rows, real in agreed_plan(plan, group_size):
         mb = make_micro_batch(prompt_ids, prompt_mask, response_ids, response_mask, rows, device, group_size)
-        scatter_rows(full, mb, value_forward(critic, mb))
+        v = value_forward(critic, mb)
+        if real:
+            scatter_rows(full, mb, v)
     return full

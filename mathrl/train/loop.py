@@ -42,8 +42,8 @@ from mathrl.config import Config, ConfigError, dump_yaml
 from mathrl.train import checkpoint as ckpt
 from mathrl.train.engines import (DistInfo, build_engine, build_inference_engine, copy_weights, device,
                                   discard_gradients, init_distributed, resolve_dtype)
-from mathrl.train.forward import (batch_logprobs, batch_values, make_micro_batch, plan_micro_batches,
-                                  policy_forward, value_forward)
+from mathrl.train.forward import (agreed_plan, batch_logprobs, batch_values, make_micro_batch,
+                                  plan_micro_batches, policy_forward, value_forward)
 from mathrl.train.metrics import MetricsLogger, process_stats
 from mathrl.train.preflight import preflight
 
@@ -69,12 +69,16 @@ def load_training_problems(cfg: Config):
     return problems
 
 
-def step_indices(num_problems: int, step: int, batch: int, seed: int) -> list[int]:
-    """Problem indices of ``step``: consecutive slices of per-epoch seeded permutations."""
+def step_indices(num_problems: int, step: int, batch: int, seed: int, shuffle: bool = True) -> list[int]:
+    """Problem indices of ``step``: consecutive slices of per-epoch seeded permutations
+    (``shuffle=False``: of the file order, pass after pass)."""
     out = []
     start = step * batch
     for pos in range(start, start + batch):
         epoch, i = divmod(pos, num_problems)
+        if not shuffle:
+            out.append(i)
+            continue
         g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
         perm = torch.randperm(num_problems, generator=g)
         out.append(int(perm[i]))
@@ -175,7 +179,16 @@ def _sampling_seed(cfg: Config, step: int, rank: int) -> int:
     return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 
+def optimizer_steps_per_rl_step(cfg: Config) -> int:
+    """Optimizer steps in one RL step: one per mini-batch and PPO epoch (the LR schedule counts these)."""
+    t = cfg.train
+    return cfg.algo.ppo_epochs * (t.batch_size // (t.mini_batch_size or t.batch_size))
+
+
 def build_models(cfg: Config, dist: DistInfo, total_steps: int) -> Models:
+    """The policy engine (and reference, critic). ``total_steps`` is in RL steps; the LR schedule and
+    its warm-up (``train.warmup_steps``, also RL steps) are sized in optimizer steps, since the scheduler
+    advances once per optimizer step (:func:`optimizer_steps_per_rl_step` of them per RL step)."""
     from mathrl.models import load_causal_lm, load_tokenizer, resolve_model_path
     from mathrl.models.value_head import ValueModel
 
@@ -185,7 +198,8 @@ def build_models(cfg: Config, dist: DistInfo, total_steps: int) -> Models:
     _seed_all(cfg.train.seed)
     policy = load_causal_lm(path, dtype=dtype, gradient_checkpointing=cfg.model.gradient_checkpointing)
     t = cfg.train
-    common = dict(schedule=t.lr_schedule, warmup=t.warmup_steps, total_steps=total_steps,
+    per = optimizer_steps_per_rl_step(cfg)
+    common = dict(schedule=t.lr_schedule, warmup=t.warmup_steps * per, total_steps=total_steps * per,
                   stage=cfg.deepspeed.zero_stage, offload=cfg.deepspeed.offload, grad_clip=t.max_grad_norm,
                   dtype=dtype, world_size=dist.world_size, config_path=cfg.deepspeed.config_path)
     engine = build_engine(policy, lr=t.lr, weight_decay=t.weight_decay, **common)
@@ -354,31 +368,42 @@ def _finite(x: torch.Tensor) -> bool:
 
 
 def _all_ranks_ok(flag: bool) -> bool:
-    import torch.distributed as tdist
+    from mathrl.train.engines import all_reduce
 
-    t = torch.tensor([0.0 if flag else 1.0])
-    if tdist.is_initialized():
-        tdist.all_reduce(t)
-    return float(t) == 0.0
+    return float(all_reduce(torch.tensor([0.0 if flag else 1.0]))[0]) == 0.0
+
+
+def _global_sum(t: torch.Tensor) -> torch.Tensor:
+    from mathrl.train.engines import all_reduce
+
+    return all_reduce(t, "sum")
 
 
 def compute_advantages(cfg: Config, scores: torch.Tensor, group_index: torch.Tensor, mask: torch.Tensor,
                        kl_tokens: torch.Tensor | None, values: torch.Tensor | None
                        ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Token-level advantages [N, T] (and returns for GAE) for the configured estimator."""
+    """Token-level advantages [N, T] (and returns for GAE) for the configured estimator.
+
+    ``kl_tokens`` (the per-token KL of the sampled responses, given when ``kl_in = reward``) enters
+    the reward: per token for the token-level estimators (PPO-style, :func:`token_level_rewards`),
+    summed into each response's score before the group baseline for the group estimators (RLOO-style,
+    :func:`sequence_kl_scores`). Whitening (GAE, REINFORCE++) uses the statistics of the global batch
+    (all ranks)."""
     name = cfg.advantage
+    kl_coef = cfg.algo.kl_coef if cfg.kl_in == "reward" else 0.0
     if name in adv_mod.SEQUENCE_LEVEL:
+        if kl_tokens is not None and kl_coef:
+            scores = adv_mod.sequence_kl_scores(scores, kl_tokens, mask, kl_coef)
         if name == "grpo":
             seq = adv_mod.grpo(scores, group_index, std_normalize=cfg.algo.std_normalize)
         else:
             seq = adv_mod.get_advantage_estimator(name)(scores, group_index)
         return adv_mod.broadcast_to_tokens(seq, mask), None
-    kl_coef = cfg.algo.kl_coef if cfg.kl_in == "reward" else 0.0
     rewards = adv_mod.token_level_rewards(scores, mask, kl=kl_tokens, kl_coef=kl_coef)
     if name == "reinforce_pp":
-        return adv_mod.reinforce_pp(rewards, mask, gamma=cfg.algo.gamma), None
+        return adv_mod.reinforce_pp(rewards, mask, gamma=cfg.algo.gamma, reduce=_global_sum), None
     advantages, returns = adv_mod.gae(rewards, values, mask, gamma=cfg.algo.gamma, lam=cfg.algo.lam)
-    return adv_mod.masked_whiten(advantages, mask), returns
+    return adv_mod.masked_whiten(advantages, mask, reduce=_global_sum), returns
 
 
 def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, state: State,
@@ -403,7 +428,7 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
     per_rank = t.batch_size // dist.world_size
 
     # 1. problems of this step (this rank's share) and their prompts
-    idx = step_indices(len(problems), state.step, t.batch_size, t.seed)[dist.rank * per_rank:(dist.rank + 1) * per_rank]
+    idx = step_indices(len(problems), state.step, t.batch_size, t.seed, cfg.data.shuffle)[dist.rank * per_rank:(dist.rank + 1) * per_rank]
     batch_problems = [problems[i] for i in idx]
     prompts = [render_prompt(p, models.tokenizer, cfg.data.template) for p in batch_problems]
 
@@ -425,7 +450,10 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
         terms: dict[str, dict] = {"correctness": {}}
         if cfg.reward.function == "correctness_format":
             terms["format"] = {"bonus": cfg.reward.format_bonus}
-        score_list = compute_rewards(terms, grades, batch.response_text, truncated=truncated)
+        if cfg.reward.overlong_penalty > 0:  # DAPO's soft overlong punishment
+            terms["length"] = {"coef": cfg.reward.overlong_penalty, "buffer": cfg.reward.overlong_buffer}
+        score_list = compute_rewards(terms, grades, batch.response_text, truncated=truncated,
+                                     lengths=[int(n) for n in batch.response_mask.sum(1)], max_length=r.max_tokens)
         correct = [g.correct for g in grades]
     else:
         grades = None
@@ -466,7 +494,7 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
     # 5. advantages
     kl_reward = None
     if ref_logp is not None and cfg.kl_in == "reward":
-        kl_reward = kl_mod.estimate(old_logp, ref_logp, a.kl_estimator)
+        kl_reward = kl_mod.estimate(old_logp, ref_logp, cfg.kl_estimator)
     advantages, returns = compute_advantages(cfg, scores, batch.group_index, mask, kl_reward, values)
 
     # 6. PPO epochs over mini-batches of prompts (groups stay together)
@@ -483,6 +511,8 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
             rows = (prompts_mb[:, None] * G + torch.arange(G)[None, :]).flatten()
             plan = plan_micro_batches(pmask, mask, t.micro_batch_tokens, rows, group_size=gs)
             norms = global_normalizers([mask[rows_] for rows_ in plan])
+            # every rank runs the same number of backwards (ZeRO-2/3 communicate inside each one)
+            plan = agreed_plan(plan, gs)
             bad = _update_policy(cfg, dist, models, batch, plan, mask, advantages, old_logp, ref_logp, norms,
                                  norm_const, loss_sign, stats_acc, step=state.step + 1)
             problems += [f"epoch {epoch + 1}, mini-batch {m + 1}: {bad}"] if bad else []
@@ -544,8 +574,13 @@ def _update_policy(cfg, dist, models, batch, plan, mask, advantages, old_logp, r
                    loss_sign, stats_acc, step: int = 0) -> str | None:
     """Backward over the micro-batches of one mini-batch, then one optimizer step.
 
-    NaN/inf in the logprobs, the loss or any gradient skips the step (no backward after the first
-    bad micro-batch, gradients zeroed, no optimizer or scheduler step); returns where it was seen."""
+    ``plan`` is this rank's :func:`agreed_plan`: ``(rows, real)`` pairs, the same count on every rank;
+    padding entries (``real=False``) run forward and backward with weight 0, so every rank takes part
+    in each of ZeRO's per-backward collectives and the gradient is unchanged.
+
+    NaN/inf in the logprobs, the loss or any gradient skips the step (gradients discarded, no
+    optimizer or scheduler step); returns where it was seen. The remaining micro-batches still run
+    (with weight 0) so that the other ranks are not left waiting in a collective."""
     from mathrl.train.faults import fault
 
     a, r = cfg.algo, cfg.rollout
@@ -553,7 +588,8 @@ def _update_policy(cfg, dist, models, batch, plan, mask, advantages, old_logp, r
     engine.train()
     problem = None
     gs = group_share(cfg)
-    for i, rows in enumerate(plan):
+    n_real = sum(real for _, real in plan)
+    for i, (rows, real) in enumerate(plan):
         mb = make_micro_batch(batch.prompt_ids, batch.prompt_mask, batch.response_ids, mask, rows, device(), gs)
         # entropy comes from the same fused pass as the logprobs; it enters the loss only with a bonus
         logp, ent = policy_forward(engine, mb, temperature=_temp(r), with_entropy=True)
@@ -564,28 +600,30 @@ def _update_policy(cfg, dist, models, batch, plan, mask, advantages, old_logp, r
         pg_loss, st = policy_loss(logp, old, adv * loss_sign, m, clip_low=a.clip_low, clip_high=a.clip_high,
                                   dual_clip=a.dual_clip, **agg)
         loss = pg_loss
+        kl_loss = None
         if ref_logp is not None and cfg.kl_in == "loss":
-            kl_tok = kl_mod.estimate(logp, ref_logp[rows, : mb.T].to(logp.device), a.kl_estimator)
+            kl_tok = kl_mod.estimate(logp, ref_logp[rows, : mb.T].to(logp.device), cfg.kl_estimator)
             kl_loss = agg_loss(kl_tok, m, **agg)
             loss = loss + a.kl_coef * kl_loss
-            _acc(stats_acc, "loss/kl", kl_loss.detach() * len(plan))  # micro losses sum to the mini-batch's
         if a.entropy_coef > 0:
             loss = loss - a.entropy_coef * agg_loss(ent, m, **agg)
-        for k, v in st.items():
-            _acc(stats_acc, f"policy/{k}", v)
-        _acc(stats_acc, "policy/entropy", (ent.detach() * m).sum() / m.sum().clamp(min=1))
-        _acc(stats_acc, "loss/policy", pg_loss.detach() * len(plan))
-        if i == len(plan) - 1 and fault("loss", step):  # after the other micro-batches' backward
-            loss = loss * float("nan")
-        where = f"micro-batch {i + 1} of {len(plan)}"
-        if not _finite(logp):
-            problem = f"policy logprobs are NaN/inf ({where})"
-            break
-        if not _finite(loss):
-            problem = f"policy loss is {float(loss.detach())} ({where})"
-            break
+        if real:
+            if kl_loss is not None:
+                _acc(stats_acc, "loss/kl", kl_loss.detach() * n_real)  # micro losses sum to the mini-batch's
+            for k, v in st.items():
+                _acc(stats_acc, f"policy/{k}", v)
+            _acc(stats_acc, "policy/entropy", (ent.detach() * m).sum() / m.sum().clamp(min=1))
+            _acc(stats_acc, "loss/policy", pg_loss.detach() * n_real)
+            if i == n_real - 1 and fault("loss", step):  # after the other micro-batches' backward
+                loss = loss * float("nan")
+            where = f"micro-batch {i + 1} of {n_real}"
+            if problem is None and not _finite(logp):
+                problem = f"policy logprobs are NaN/inf ({where})"
+            elif problem is None and not _finite(loss):
+                problem = f"policy loss is {float(loss.detach())} ({where})"
         # DeepSpeed averages gradients over ranks; the loss already carries the global normaliser.
-        engine.backward(loss * dist.world_size, scale_wrt_gas=False)
+        weight = float(dist.world_size) if real and problem is None else 0.0
+        engine.backward(loss * weight, scale_wrt_gas=False)
     problem = _skip_or_step(engine, models.policy_guard, problem, "policy", step)
     gn = engine.get_global_grad_norm() if problem is None else None
     if gn is not None:
@@ -595,25 +633,28 @@ def _update_policy(cfg, dist, models, batch, plan, mask, advantages, old_logp, r
 
 def _update_critic(cfg, dist, models, batch, plan, mask, old_values, returns, norms, norm_const, stats_acc,
                    step: int = 0) -> str | None:
+    """The critic's counterpart of :func:`_update_policy` (same plan, padding and NaN handling)."""
     a = cfg.algo
     engine = models.critic
     engine.train()
     problem = None
-    for i, rows in enumerate(plan):
+    n_real = sum(real for _, real in plan)
+    for i, (rows, real) in enumerate(plan):
         mb = make_micro_batch(batch.prompt_ids, batch.prompt_mask, batch.response_ids, mask, rows, device(),
                               group_share(cfg))
         v = value_forward(engine, mb)
         m = mb.response_mask
         loss, st = value_loss(v, old_values[rows, : mb.T].to(v.device), returns[rows, : mb.T].to(v.device), m,
-                              clip=a.value_clip, agg=a.loss_agg, norm_tokens=norms.tokens, norm_seqs=norms.seqs,
-                              norm_const=norm_const)
-        for k, val in st.items():
-            _acc(stats_acc, f"critic/{k}", val)
-        _acc(stats_acc, "loss/value", loss.detach() * len(plan))
-        if not _finite(loss):
-            problem = f"value loss is {float(loss.detach())} (micro-batch {i + 1} of {len(plan)})"
-            break
-        engine.backward(a.vf_coef * loss * dist.world_size, scale_wrt_gas=False)
+                              clip=a.value_clip or None, agg=a.loss_agg, norm_tokens=norms.tokens,
+                              norm_seqs=norms.seqs, norm_const=norm_const)  # value_clip 0 = no clipping
+        if real:
+            for k, val in st.items():
+                _acc(stats_acc, f"critic/{k}", val)
+            _acc(stats_acc, "loss/value", loss.detach() * n_real)
+            if problem is None and not _finite(loss):
+                problem = f"value loss is {float(loss.detach())} (micro-batch {i + 1} of {n_real})"
+        weight = float(dist.world_size) if real and problem is None else 0.0
+        engine.backward(a.vf_coef * loss * weight, scale_wrt_gas=False)
     return _skip_or_step(engine, models.critic_guard, problem, "critic", step)
 
 
@@ -644,7 +685,7 @@ def _step_metrics(cfg, batch, grades, correct, scores, mask, truncated, stats_ac
         out["rollout/logprob_diff_mean"] = float(diff.mean()) if diff.numel() else 0.0
     if ref_logp is not None:
         sampler_logp = batch.logprobs if old_logp is None else old_logp
-        kl = kl_mod.estimate(sampler_logp, ref_logp, cfg.algo.kl_estimator)
+        kl = kl_mod.estimate(sampler_logp, ref_logp, cfg.kl_estimator)
         out["kl/mean"] = float((kl * mask).sum() / mask.sum().clamp(min=1))
     for k, v in stats_acc.items():
         vals = [x for x in v if math.isfinite(x)]

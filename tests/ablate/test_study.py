@@ -29,19 +29,19 @@ def test_grid_expansion_presets_and_overrides(tmp_path):
         "runs": [
             {"method": "rft", "rft": {"dedup": False}, "overrides": {"train": {"lr": 1e-5}}},
             {"method": "grpo", "variant": ["dr_grpo", "no_kl"]},
-            {"method": "grpo", "sweep": {"rollout.n": [4, 16], "algo.kl_estimator": ["k1", "k3"]}},
+            {"method": "grpo", "sweep": {"rollout.n": [4, 16], "algo.kl_estimator": ["k2", "k3"]}},
             {"method": "ppo", "name": "ppo-G{rollout.n}", "sweep": {"rollout.n": [2]}},
         ]})
     s = load_study(p)
-    assert [r.name for r in s.runs] == ["rft", "grpo-dr_grpo-no_kl", "grpo-n4-kl_estimatork1", "grpo-n4-kl_estimatork3",
-                                        "grpo-n16-kl_estimatork1", "grpo-n16-kl_estimatork3", "ppo-G2"]
+    assert [r.name for r in s.runs] == ["rft", "grpo-dr_grpo-no_kl", "grpo-n4-kl_estimatork2", "grpo-n4-kl_estimatork3",
+                                        "grpo-n16-kl_estimatork2", "grpo-n16-kl_estimatork3", "ppo-G2"]
     rft = run_config(s, s.runs[0])
     assert (rft.algo.kl_coef, rft.train.lr, rft.train.steps) == (0.0, 1e-5, 3)   # method preset beats base
     assert s.runs[0].rft == {"max_per_problem": 2, "dedup": False}
     dr = run_config(s, s.runs[1])
     assert (dr.advantage, dr.algo.loss_agg, dr.algo.kl_coef) == ("dr_grpo", "seq-mean-token-sum-norm", 0.0)
     g = run_config(s, s.runs[4])
-    assert (g.rollout.n, g.algo.kl_estimator, g.algo.kl_coef) == (16, "k1", 0.04)
+    assert (g.rollout.n, g.algo.kl_estimator, g.algo.kl_coef) == (16, "k2", 0.04)
     ppo = run_config(s, s.runs[6])
     assert (ppo.algo.name, ppo.advantage, ppo.kl_in, ppo.rollout.n) == ("ppo", "gae", "reward", 2)
     assert Path(ppo.train.output_dir) == tmp_path / "o" / "ppo-G2"

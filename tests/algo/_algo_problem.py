@@ -122,3 +122,46 @@ def gloo_worker(rank: int, world: int, port: int, out_path: str) -> None:
             torch.save(result, out_path)
     finally:
         dist.destroy_process_group()
+
+
+def whiten_worker(rank: int, world: int, port: int, out_path: str) -> None:
+    """One of ``world`` gloo ranks whitening its share of a batch (rows with unequal token counts per
+    rank) with the trainer's global reduction and without it; rank 0 saves both results and its rows."""
+    import os
+
+    import torch.distributed as dist
+
+    from mathrl.algo.advantages import masked_whiten, reinforce_pp
+    from mathrl.train.engines import all_reduce
+
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        x, mask = whiten_batch()
+        mine = torch.arange(N)[WHITEN_SPLIT[rank]]
+        glob = lambda t: all_reduce(t, "sum")  # noqa: E731
+        out = {
+            "rows": mine,
+            "whiten_global": masked_whiten(x[mine], mask[mine], reduce=glob),
+            "whiten_local": masked_whiten(x[mine], mask[mine]),
+            "rpp_global": reinforce_pp(x[mine], mask[mine], gamma=0.9, reduce=glob),
+        }
+        gathered = [None] * world
+        dist.all_gather_object(gathered, out)
+        if rank == 0:
+            torch.save(gathered, out_path)
+    finally:
+        dist.destroy_process_group()
+
+
+WHITEN_SPLIT = ([0, 1, 2], [3, 4, 5, 6, 7])  # rank 0: 3 rows, rank 1: 5 rows (unequal token counts)
+
+
+def whiten_batch() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(N, T, generator=g) * 2 + torch.arange(N)[:, None] * 0.7  # rows with different means
+    mask = torch.zeros(N, T, dtype=torch.bool)
+    for i, n in enumerate(LENGTHS):
+        mask[i, :n] = True
+    return x, mask

@@ -270,3 +270,15 @@ def test_registry():
     assert get_advantage_estimator("rloo") is rloo
     with pytest.raises(ValueError, match="allowed: dr_grpo, gae, grpo, reinforce_pp, rloo"):
         get_advantage_estimator("ppo")
+
+
+def test_sequence_kl_scores_fold_the_kl_before_the_group_baseline():
+    from mathrl.algo.advantages import rloo, sequence_kl_scores
+
+    scores = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    kl = torch.tensor([[0.5, 0.5, 9.0], [0.1, 0.0, 0.0], [0.0, 0.0, 0.0], [2.0, 1.0, 0.0]])
+    m = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 1, 1], [1, 1, 0]]).bool()  # 9.0 sits at padding
+    out = sequence_kl_scores(scores, kl, m, 0.1)
+    torch.testing.assert_close(out, torch.tensor([1.0 - 0.1, 0.0 - 0.01, 1.0, 0.0 - 0.3]))
+    group = torch.tensor([0, 0, 0, 0])
+    assert not torch.equal(rloo(out, group), rloo(scores, group))
