@@ -53,6 +53,9 @@ class ModelConfig:
                                       "Not loaded at all when algo.kl_coef is 0.")
     critic_model: Optional[str] = option(None, "Critic backbone for PPO (value head on a causal LM); "
                                          "default: initialised from the policy.")
+    disable_dropout: bool = option(True, "Set every dropout probability of the policy, reference and critic to 0 "
+                                   "(as TRL does by default). The old logprobs are computed without dropout, so "
+                                   "with dropout on in training the PPO ratio would not start at 1.")
     gradient_checkpointing: bool = option(False, "Recompute activations in backward. Saves memory, costs ~30% "
                                           "time; off by default because small models fit without it.")
 

@@ -98,6 +98,29 @@ def load_tokenizer(spec: str, *, cache_dir: str | os.PathLike | None = None, pad
     return tok
 
 
+def disable_dropout(model: torch.nn.Module) -> int:
+    """Set every dropout probability in ``model`` to 0; returns how many were non-zero.
+
+    Covers ``nn.Dropout`` modules and the float attributes attention layers pass to the attention
+    kernel (``attention_dropout`` / ``dropout`` in Llama, Qwen2, ...), and the config's ``*dropout*``
+    fields so that a saved checkpoint says what was trained."""
+    changed = 0
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout) and m.p:
+            m.p, changed = 0.0, changed + 1
+        for attr in ("attention_dropout", "dropout"):
+            v = getattr(m, attr, None)
+            if isinstance(v, float) and v:
+                setattr(m, attr, 0.0)
+                changed += 1
+    cfg = getattr(model, "config", None)
+    if cfg is not None:
+        for key, v in list(vars(cfg).items()):
+            if "dropout" in key and isinstance(v, float) and v:
+                setattr(cfg, key, 0.0)
+    return changed
+
+
 def load_causal_lm(spec: str, *, dtype: str | torch.dtype = "float32",
                    cache_dir: str | os.PathLike | None = None, gradient_checkpointing: bool = False):
     """Load a causal LM from a model spec in ``dtype`` (float32 on CPU)."""

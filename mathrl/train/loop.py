@@ -190,6 +190,7 @@ def build_models(cfg: Config, dist: DistInfo, total_steps: int) -> Models:
     its warm-up (``train.warmup_steps``, also RL steps) are sized in optimizer steps, since the scheduler
     advances once per optimizer step (:func:`optimizer_steps_per_rl_step` of them per RL step)."""
     from mathrl.models import load_causal_lm, load_tokenizer, resolve_model_path
+    from mathrl.models.loading import disable_dropout
     from mathrl.models.value_head import ValueModel
 
     dtype = resolve_dtype(cfg.model.dtype)
@@ -197,6 +198,8 @@ def build_models(cfg: Config, dist: DistInfo, total_steps: int) -> Models:
     tokenizer = load_tokenizer(path)
     _seed_all(cfg.train.seed)
     policy = load_causal_lm(path, dtype=dtype, gradient_checkpointing=cfg.model.gradient_checkpointing)
+    if cfg.model.disable_dropout:
+        disable_dropout(policy)
     t = cfg.train
     per = optimizer_steps_per_rl_step(cfg)
     common = dict(schedule=t.lr_schedule, warmup=t.warmup_steps * per, total_steps=total_steps * per,
@@ -206,12 +209,16 @@ def build_models(cfg: Config, dist: DistInfo, total_steps: int) -> Models:
     ref = None
     if cfg.algo.kl_coef > 0:
         ref_path = resolve_model_path(cfg.model.ref_model, cfg.model.cache_dir) if cfg.model.ref_model else path
-        ref = build_inference_engine(load_causal_lm(ref_path, dtype=dtype), stage=cfg.deepspeed.zero_stage,
+        ref_module = load_causal_lm(ref_path, dtype=dtype)
+        disable_dropout(ref_module)  # a frozen reference runs in eval mode anyway; this also covers train()
+        ref = build_inference_engine(ref_module, stage=cfg.deepspeed.zero_stage,
                                      dtype=dtype, world_size=dist.world_size)
     critic = None
     if cfg.advantage in adv_mod.NEEDS_CRITIC:
         cpath = resolve_model_path(cfg.model.critic_model, cfg.model.cache_dir) if cfg.model.critic_model else path
         critic_module = ValueModel.from_pretrained(cpath, dtype=dtype)
+        if cfg.model.disable_dropout:
+            disable_dropout(critic_module)
         critic = build_engine(critic_module, lr=t.critic_lr, weight_decay=t.weight_decay, **common)
     return Models(policy=engine, ref=ref, critic=critic, tokenizer=tokenizer, model_path=path,
                   policy_guard=GradGuard(engine.module),

@@ -30,7 +30,7 @@ def main() -> int:
         if task == "digit":
             from _train_tasks import digit_problems, first_digit_reward
 
-            cfg = load_config(None, [*common, "rollout.max_tokens=1", "rollout.n=4", "train.batch_size=4",
+            cfg = load_config(None, [*common, "rollout.max_tokens=5", "rollout.n=4", "train.batch_size=4",
                                      "train.lr=1e-2", "algo.kl_coef=0.04", "data.template=chat_boxed",
                                      "train.micro_batch_tokens=16", *extra])
             return run(cfg, problems=digit_problems(), reward_fn=first_digit_reward)

@@ -7,7 +7,8 @@ verifier, computes the group advantages, and takes its share: rank 0 the two gro
 prompt + responses, rank 1 the two shortest. The token budget is the cost of rank 1's share, so rank 1
 runs one micro-batch per pass and rank 0 more. Rank 0 saves the parameter change and the counts.
 
-Usage: torchrun --nproc_per_node {1,2} _uneven_update.py MODEL_DIR OUT.pt
+One ZeRO stage per process (two SmolLM2 engines plus their reference models in one process would
+need ~10 GB). Usage: torchrun --nproc_per_node {1,2} _uneven_update.py MODEL_DIR OUT.pt STAGE
 """
 
 import os
@@ -37,21 +38,21 @@ def group_cost(pmask, mask, groups) -> int:
 
 
 def main() -> None:
-    model_dir, out = sys.argv[1], sys.argv[2]
+    model_dir, out, stage = sys.argv[1], sys.argv[2], int(sys.argv[3])
     torch.set_num_threads(1)
     dist = init_distributed()
     problems = load_problems("synthetic", None, "train", n=B, level=3, seed=5)
     sampler = None
     results, counts = {}, {}
-    for stage in (2, 3):
+    for stage in (stage,):
         cfg = load_config(None, [
-            f"model.name={model_dir}", f"rollout.n={G}", f"train.batch_size={B}", "train.lr=1.0",
+            f"model.name={model_dir}", f"rollout.n={G}", f"train.batch_size={B}", "train.lr=1e-2",
             "train.max_grad_norm=0", "algo.kl_coef=0.04", "algo.entropy_coef=0.01", "algo.ppo_epochs=2",
             "data.template=chat_boxed_oneshot", f"deepspeed.zero_stage={stage}", "reward.function=correctness_format",
             "reward.format_bonus=0.2"])
         models = loop.build_models(cfg, dist, total_steps=1)
         for group in models.policy.optimizer.param_groups:
-            group["eps"] = 1.0  # Adam's first step ~ lr * g: the change compares gradients
+            group["eps"] = 1.0  # Adam's step ~ lr * g: the change compares gradients, not their signs
         if sampler is None:
             sampler = make_engine("hf", model_dir, tokenizer=models.tokenizer)  # its own copy: same weights
             prompts = [render_prompt(p, models.tokenizer, cfg.data.template) for p in problems]

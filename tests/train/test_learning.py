@@ -13,7 +13,7 @@ from _train_tasks import digit_problems, first_digit_reward
 
 def _run(model_dir, out, loss_sign):
     cfg = load_config(None, [
-        f"model.name={model_dir}", "rollout.backend=hf", "rollout.max_tokens=1", "rollout.n=8",
+        f"model.name={model_dir}", "rollout.backend=hf", "rollout.max_tokens=5", "rollout.n=8",
         "train.batch_size=8", "train.steps=40", "train.lr=1e-2", "algo.kl_coef=0", "data.template=chat_boxed",
         f"train.output_dir={out}", "logging.tensorboard=false", "deepspeed.zero_stage=1",
     ])

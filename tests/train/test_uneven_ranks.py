@@ -11,7 +11,10 @@ from test_normalisation import run_worker
 
 pytestmark = pytest.mark.slow
 
-REL_TOL = 1e-4  # float32 sums over ~10^5 terms in another order (measured: see the closing note)
+# The weight change (lr 1e-2, Adam eps 1: ~1e-2 x the gradient, two optimizer steps) is read as the
+# difference of float32 weights, so it carries their rounding (~6e-8 absolute on a change of ~6e-3);
+# at lr 1e-3 that rounding alone is 1e-4 relative (measured), so the change is made large enough.
+REL_TOL = 1e-4
 
 
 @pytest.fixture(scope="module")
@@ -20,23 +23,29 @@ def results(embedded_model_path, tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("uneven")
     script = Path(__file__).with_name("_uneven_update.py")
-    return (run_worker(embedded_model_path, tmp / "ws1.pt", 1, timeout=600, script=script),
-            run_worker(embedded_model_path, tmp / "ws2.pt", 2, timeout=600, script=script))
+    # the one-process reference under ZeRO-2 (ZeRO-3 equals it: tests/train/test_normalisation.py)
+    one = run_worker(embedded_model_path, tmp / "ws1.pt", 1, timeout=600, script=script, args=(2,))
+    two = {stage: run_worker(embedded_model_path, tmp / f"ws2_z{stage}.pt", 2, timeout=600, script=script,
+                             args=(stage,)) for stage in (2, 3)}
+    return one, two
 
 
 def test_the_ranks_had_uneven_work(results):
     _, ws2 = results
-    r0, r1 = ws2["micro_batches"]
-    assert all(a > b for s in (2, 3) for a, b in zip(r0[s], r1[s])), (r0, r1)
-    lengths = ws2["lengths"]
+    for stage, res in ws2.items():
+        r0, r1 = res["micro_batches"]
+        assert all(a > b for a, b in zip(r0[stage], r1[stage])), (stage, r0, r1)
+    lengths = ws2[2]["lengths"]
     assert min(lengths) >= 8 and max(lengths) > min(lengths), lengths  # several tokens, different lengths
 
 
 @pytest.mark.parametrize("stage", [2, 3])
 def test_two_uneven_ranks_equal_one_process(results, stage):
     ws1, ws2 = results
-    base, two = ws1["deltas"][stage], ws2["deltas"][stage]
+    base, two = ws1["deltas"][2], ws2[stage]["deltas"][stage]
     scale = max(float(v.abs().max()) for v in base.values())
-    assert scale > 1e-3  # the update did something
+    assert scale > 1e-3  # the update did something (measured ~6e-3)
     err = max(float((two[k] - base[k]).abs().max()) for k in base) / scale
+    print(f"[uneven ranks] zero {stage}: relative difference {err:.2e}, micro-batches per rank "
+          f"{ws2[stage]['micro_batches']}, response lengths {ws2[stage]['lengths']}")
     assert err < REL_TOL, err

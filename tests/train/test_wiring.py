@@ -54,7 +54,7 @@ def test_file_order_when_shuffle_is_off():
 
 def _digit_cfg(model_dir, out, *extra):
     return load_config(None, [
-        f"model.name={model_dir}", "rollout.backend=hf", "rollout.max_tokens=1", "rollout.n=4",
+        f"model.name={model_dir}", "rollout.backend=hf", "rollout.max_tokens=5", "rollout.n=4",
         "train.batch_size=4", "train.lr=1e-2", "algo.kl_coef=0.04", "data.template=chat_boxed",
         f"train.output_dir={out}", *QUIET, *extra])
 
@@ -101,10 +101,10 @@ def test_grpo_with_kl_in_reward_runs_and_logs_the_kl(digit_model_dir, tmp_path):
 @pytest.mark.timeout(900)
 def test_resume_is_exact_on_the_real_model(embedded_model_path, tmp_path):
     """SmolLM2-135M-Instruct, the real verifier, sampled responses of up to 24 tokens, 2 mini-batches x 2
-    epochs with a cosine schedule: stopping after step 2 and resuming gives the uninterrupted run's
+    epochs with a cosine schedule: stopping after step 1 and resuming gives the uninterrupted run's
     weights bit for bit and the same metrics log."""
     args = [f"model.name={embedded_model_path}", "rollout.backend=hf", "rollout.n=2", "rollout.max_tokens=24",
-            "train.batch_size=2", "train.mini_batch_size=1", "algo.ppo_epochs=2", "train.steps=3",
+            "train.batch_size=2", "train.mini_batch_size=1", "algo.ppo_epochs=2", "train.steps=2",
             "train.save_every=1", "train.keep_last=3", "train.lr=1e-5", "train.lr_schedule=cosine",
             "train.warmup_steps=1", "data.source=synthetic", "data.synthetic_size=16", "data.eval_limit=1",
             "eval.n=1", "eval.k=1", "eval.max_tokens=4", "eval.greedy=false", "reward.function=correctness_format",
@@ -115,7 +115,7 @@ def test_resume_is_exact_on_the_real_model(embedded_model_path, tmp_path):
     assert max(s["response/length_max"] for s in steps) > 8  # several tokens per response
     part = tmp_path / "part"
     shutil.copytree(full, part)
-    shutil.rmtree(part / "checkpoints" / "step_000003")
+    shutil.rmtree(part / "checkpoints" / "step_000002")
     assert run(load_config("configs/demo.yaml", [*args, f"train.output_dir={part}", "train.resume=auto"])) == 0
     w_full = load_file(str(ckpt.list_checkpoints(full)[-1][1] / "policy" / "model.safetensors"))
     w_part = load_file(str(ckpt.list_checkpoints(part)[-1][1] / "policy" / "model.safetensors"))
