@@ -3,11 +3,25 @@
 Thread counts are set explicitly (see README): 1 thread unless the caller
 exported OMP_NUM_THREADS (``make test`` does). Hub access is switched off so a
 test can never hang on the network.
+
+Resources that live outside the repository (``../shared/data``, ``.venv-vllm``,
+the embedded model, DeepSpeed, ...) are checked with :func:`require`: a
+missing one skips the test with its reason in a user's ``make test``, and
+*fails* it when ``MATHRL_REQUIRE_ALL=1`` (set by ``.ci/run``), so CI never
+passes by skipping. Test modules and the folder conftests import the helpers
+as ``from mathrl_testenv import require`` (every folder's ``conftest.py`` is a
+module named ``conftest``, so that name is ambiguous; this module registers
+itself under ``mathrl_testenv`` below).
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 import os
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -24,24 +38,103 @@ torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 
+#: the switch of .ci/run: with it a missing resource is a test failure, not a skip
+REQUIRE_ALL_VAR = "MATHRL_REQUIRE_ALL"
+#: seconds the vLLM environment probe may take (``import vllm`` on a loaded 2-core machine can take
+#: minutes; a probe that merely runs long must never turn into a skip)
+VLLM_PROBE_TIMEOUT_VAR = "MATHRL_VLLM_PROBE_TIMEOUT"
+VLLM_PROBE_TIMEOUT_DEFAULT = 600.0
+
+sys.modules.setdefault("mathrl_testenv", sys.modules[__name__])
+
+
+def require_all() -> bool:
+    """Whether missing resources fail the tests (``MATHRL_REQUIRE_ALL=1``, set by ``.ci/run``)."""
+    return os.environ.get(REQUIRE_ALL_VAR) == "1"
+
+
+def require(ok: object, reason: str) -> None:
+    """Continue when ``ok``; else skip the calling test or fixture with ``reason``, or fail it
+    under ``MATHRL_REQUIRE_ALL=1``. For resources from outside the repository only: a test that
+    does not apply in some setting (not a missing resource) uses ``pytest.skip`` itself."""
+    __tracebackhide__ = True  # the skip or failure is reported at the caller's line
+    if ok:
+        return
+    if require_all():
+        pytest.fail(f"{reason}\n({REQUIRE_ALL_VAR}=1: a missing or broken resource is a failure, not a skip)",
+                    pytrace=False)
+    pytest.skip(reason)
+
+
+def require_import(module: str, why: str = ""):
+    """``pytest.importorskip`` through :func:`require`: the imported module."""
+    __tracebackhide__ = True
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        require(False, f"cannot import {module}: {exc}" + (f" ({why})" if why else ""))
+
+
+def _tail(text: str, n: int = 3000) -> str:
+    text = (text or "").strip()
+    return text if len(text) <= n else "..." + text[-n:]
+
+
+@functools.cache
+def _probe_vllm() -> tuple[str | None, str]:
+    """``(interpreter or "inprocess", "")`` when vLLM works, else ``(None, why)``; once per session."""
+    from mathrl.rollout.vllm import _worker_env, default_vllm_python, vllm_importable
+
+    if vllm_importable():
+        return "inprocess", ""
+    py = default_vllm_python()
+    if py is None:
+        return None, ("vLLM is not importable here and .venv-vllm is absent (run scripts/setup_vllm_env.sh "
+                      "or `make vllm-env`, or set MATHRL_VLLM_PYTHON)")
+    if not Path(py).exists():
+        return None, f"vLLM worker interpreter {py} does not exist (run scripts/setup_vllm_env.sh)"
+    timeout = float(os.environ.get(VLLM_PROBE_TIMEOUT_VAR) or VLLM_PROBE_TIMEOUT_DEFAULT)
+    cmd = [py, "-c", "import vllm, mathrl.rollout.vllm_worker; print(vllm.__version__)"]
+    shown = shlex.join(cmd)
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_worker_env())
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout
+        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr
+        return None, (f"vLLM environment probe `{shown}` did not finish within {timeout:.0f} s "
+                      f"(${VLLM_PROBE_TIMEOUT_VAR}); stdout: {_tail(out) or '(none)'}; stderr: {_tail(err) or '(none)'}")
+    if p.returncode != 0:
+        return None, (f"vLLM environment probe `{shown}` exited with status {p.returncode}; "
+                      f"stdout: {_tail(p.stdout) or '(none)'}; stderr: {_tail(p.stderr) or '(none)'}")
+    return py, ""
+
+
+def vllm_python() -> str:
+    """The vLLM worker interpreter (``"inprocess"`` when this interpreter imports vllm), checked
+    once per session with a generous timeout; :func:`require` when vLLM is absent or broken."""
+    __tracebackhide__ = True
+    py, why = _probe_vllm()
+    require(py is not None, why)
+    return py
+
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
-    """The real benchmark files in ../shared/data (skip when absent)."""
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"real data folder {SHARED_DATA} is absent")
+    """The real benchmark files in ../shared/data (skip when absent; a failure in CI)."""
+    require(SHARED_DATA.is_dir(), f"real data folder {SHARED_DATA} is absent")
     return SHARED_DATA
 
 
 @pytest.fixture(scope="session")
 def embedded_model_path() -> Path:
-    """The converted SmolLM2-135M-Instruct folder (converted on first use; skip without the wheel)."""
+    """The converted SmolLM2-135M-Instruct folder (converted on first use; skip without the wheel,
+    a failure in CI)."""
     from mathrl.models import ModelError, ensure_embedded_model
 
     try:
         return ensure_embedded_model()
     except ModelError as exc:
-        pytest.skip(f"embedded model unavailable: {exc}")
+        require(False, f"embedded model unavailable: {exc}")
 
 
 @pytest.fixture(scope="session")

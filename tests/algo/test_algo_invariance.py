@@ -17,6 +17,7 @@ import torch.multiprocessing as mp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _algo_problem import MODES, N, accumulated_grads, full_batch_grads, gloo_worker, make_problem  # noqa: E402
 from mathrl.algo.losses import global_normalizers  # noqa: E402
+from mathrl_testenv import require  # noqa: E402
 
 ATOL = 1e-6
 
@@ -73,8 +74,7 @@ def _free_port() -> int:
 def test_two_gloo_processes_match_full_batch(problem, tmp_path, monkeypatch):
     import torch.distributed as dist
 
-    if not dist.is_available():
-        pytest.skip("torch.distributed is not available in this torch build")
+    require(dist.is_available(), "torch.distributed is not available in this torch build")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # inherited by the spawned workers only
     out = tmp_path / "grads.pt"
     mp.spawn(gloo_worker, args=(2, _free_port(), str(out)), nprocs=2, join=True)

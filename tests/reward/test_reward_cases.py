@@ -1,4 +1,5 @@
-"""The hand-labelled set: accuracy >= 97%, no timeouts, and the set's own requirements."""
+"""The hand-labelled set: accuracy >= 99.8% (README: 99.8% on the labelled set), no timeouts, and the
+set's own requirements."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def test_accuracy_and_no_timeouts(graded):
     assert not [c["_line"] for c, g in zip(cases, grades) if g.reason == "timeout"]
     wrong = [(c["_line"], c["gold"], g.extracted) for c, g in zip(cases, grades) if g.correct != c["equivalent"]]
     acc = 1 - len(wrong) / len(cases)
-    assert acc >= 0.97, f"accuracy {acc:.2%}; disagreements: {wrong}"
+    assert acc >= 0.998, f"accuracy {acc:.2%} (README claims 99.8%); disagreements: {wrong}"
 
 
 def test_no_false_positive_on_known_math_verify_faults(graded):

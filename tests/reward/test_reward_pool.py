@@ -45,8 +45,8 @@ def test_grade_basic():
 def test_explosive_inputs_from_a_thread(resp):
     t = time.perf_counter()
     g = _in_thread(lambda: grade(resp, "3", timeout=2.0))
-    assert g.reason in ("timeout", "error") and not g.correct
-    assert time.perf_counter() - t < 10
+    assert g.reason == "error" and not g.correct, g  # README: "come back as `error` at once", not by timeout
+    assert time.perf_counter() - t < 1.0
 
 
 def test_hard_timeout_from_a_thread_kills_and_replaces_worker():

@@ -11,7 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
+from mathrl_testenv import require_import
 
 SCRIPT = textwrap.dedent("""
     import os, socket, torch
@@ -48,7 +48,7 @@ SCRIPT = textwrap.dedent("""
 
 
 def test_zero3_gather_and_push():
-    pytest.importorskip("deepspeed")
+    require_import("deepspeed")
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu",
            "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}

