@@ -26,3 +26,20 @@ def digit_problems(n: int = 64):
 
 def first_digit_reward(responses, golds, truncated):
     return [1.0 if r.strip()[:1] == g else 0.0 for r, g in zip(responses, golds)]
+
+
+def crash_copy(full, part, keep_step: int) -> None:
+    """``part`` = the run folder ``full`` as a crash right after step ``keep_step``'s checkpoint leaves it:
+    later checkpoints are gone and the metrics log ends at that step (a resumed run must write the rest
+    itself; a copied full log would make a log comparison pass without testing anything)."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    shutil.copytree(full, part)
+    for ck in (Path(part) / "checkpoints").glob("step_*"):
+        if int(ck.name.split("_")[1]) > keep_step:
+            shutil.rmtree(ck)
+    log = Path(part) / "metrics.jsonl"
+    rows = [line for line in log.read_text().splitlines() if json.loads(line).get("step", 0) <= keep_step]
+    log.write_text("".join(r + "\n" for r in rows))

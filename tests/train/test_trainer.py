@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _train_tasks import digit_problems, first_digit_reward
+from _train_tasks import crash_copy, digit_problems, first_digit_reward
 from safetensors.torch import load_file
 
 from mathrl.config import load_config
@@ -114,8 +114,7 @@ def test_resume_is_exact(digit_model_dir, tmp_path):
 
     # a crash after step 2's checkpoint: step 4's checkpoint and steps 3-4 of the log are gone
     part = tmp_path / "part"
-    shutil.copytree(full, part)
-    shutil.rmtree(part / "checkpoints" / "step_000004")
+    crash_copy(full, part, keep_step=2)
     (part / "checkpoints" / ".tmp-step_000004").mkdir()  # a half-written one is cleaned up
     cfg2 = _digit_cfg(digit_model_dir, part, "train.steps=4", "train.save_every=2", "train.keep_last=3",
                       "algo.ppo_epochs=2", "train.mini_batch_size=2", "train.lr_schedule=cosine",
@@ -151,8 +150,7 @@ def test_iterative_rl_resets_reference_and_resumes_exactly(digit_model_dir, tmp_
     assert not (full / "checkpoints" / "step_000002" / "ref").exists()  # still the initial model then
 
     part = tmp_path / "part"
-    shutil.copytree(full, part)
-    shutil.rmtree(part / "checkpoints" / "step_000005")
+    crash_copy(full, part, keep_step=4)
     assert run(_digit_cfg(digit_model_dir, part, *args, "algo.ref_update_every=3", "train.resume=auto"),
                problems=digit_problems(), reward_fn=first_digit_reward) == 0
     final = lambda out: _policy_weights(ckpt.list_checkpoints(out)[-1][1])
