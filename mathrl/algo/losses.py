@@ -155,7 +155,8 @@ class Normalizers(NamedTuple):
 
 
 def global_normalizers(
-    masks: Tensor | Sequence[Tensor], *, group: object | None = None
+    masks: Tensor | Sequence[Tensor], *, group: object | None = None,
+    reduce: Callable[[Tensor], Tensor] | None = None,
 ) -> Normalizers:
     """Count valid tokens and non-empty responses over all micro-batches of a step.
 
@@ -163,7 +164,9 @@ def global_normalizers(
     mask). When ``torch.distributed`` is initialised the two counts are all-reduced
     (sum) over ``group`` (default: the world), so every rank gets the same global
     numbers. The reduction runs on the first mask's device (CPU tensors for gloo,
-    CUDA tensors for NCCL). Call it once per optimizer step, before the micro-batch
+    CUDA tensors for NCCL); ``reduce`` (a sum over ranks returning the summed tensor) replaces that
+    reduction: the trainer passes :func:`mathrl.train.engines.all_reduce`, which moves the counts to
+    the engine's device. Call it once per optimizer step, before the micro-batch
     loop, and pass the result to every loss of the step::
 
         n = global_normalizers([mb.mask for mb in micro_batches])
@@ -182,10 +185,13 @@ def global_normalizers(
         b = m if m.dtype == torch.bool else m != 0
         counts[0] += b.sum().to(device)
         counts[1] += b.any(dim=-1).sum().to(device)
-    import torch.distributed as dist
+    if reduce is not None:
+        counts = reduce(counts)
+    else:
+        import torch.distributed as dist
 
-    if dist.is_available() and dist.is_initialized():
-        dist.all_reduce(counts, op=dist.ReduceOp.SUM, group=group)
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(counts, op=dist.ReduceOp.SUM, group=group)
     tokens, seqs = counts.tolist()
     return Normalizers(tokens=max(tokens, 1.0), seqs=max(seqs, 1.0))
 

@@ -517,7 +517,7 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
             prompts_mb = prompt_order[m * per_mb:(m + 1) * per_mb]
             rows = (prompts_mb[:, None] * G + torch.arange(G)[None, :]).flatten()
             plan = plan_micro_batches(pmask, mask, t.micro_batch_tokens, rows, group_size=gs)
-            norms = global_normalizers([mask[rows_] for rows_ in plan])
+            norms = global_normalizers([mask[rows_] for rows_ in plan], reduce=_global_sum)
             # every rank runs the same number of backwards (ZeRO-2/3 communicate inside each one)
             plan = agreed_plan(plan, gs)
             bad = _update_policy(cfg, dist, models, batch, plan, mask, advantages, old_logp, ref_logp, norms,

@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from mathrl.algo.losses import agg_loss, global_normalizers
-from mathrl.train.forward import make_micro_batch, plan_micro_batches, policy_forward
+from mathrl.train.forward import agreed_plan, make_micro_batch, plan_micro_batches, policy_forward
 
 __all__ = ["sft_loss", "rft_filter", "sft_train_step"]
 
@@ -97,14 +97,9 @@ def rft_filter(group_index: Sequence[int], responses: Sequence[str], correct: Se
 
 
 def _all_reduce_sum(x: float) -> float:
-    import torch.distributed as dist
+    from mathrl.train.engines import all_reduce
 
-    t = torch.tensor([float(x)], dtype=torch.float64)
-    if dist.is_available() and dist.is_initialized():
-        if dist.get_backend() == "nccl":
-            t = t.cuda()
-        dist.all_reduce(t)
-    return float(t.item())
+    return float(all_reduce(torch.tensor([float(x)], dtype=torch.float64))[0])
 
 
 def sft_train_step(engine, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, response_mask: Tensor,
@@ -118,8 +113,10 @@ def sft_train_step(engine, prompt_ids: Tensor, prompt_mask: Tensor, response_ids
     micro-batches and ``engine.step()`` runs once. DeepSpeed averages gradients over ranks, so each
     loss is multiplied by ``world_size`` (the normaliser is already global).
 
-    A rank with no rows still runs one backward with every token masked (zero gradient), so that the
-    collective gradient reduction of the other ranks does not wait for it; when no rank has a row,
+    Every rank runs the same number of backwards (:func:`mathrl.train.forward.agreed_plan`; padding and
+    the micro-batches after a NaN run with weight 0), and a rank with no rows runs them with every
+    token masked (zero gradient), so that the collective gradient reduction of the other ranks does
+    not wait for it; when no rank has a row,
     no backward and no optimizer step happen (``stepped = 0``). A NaN/inf loss or gradient norm skips
     the step (``bad_step = 1``).
     """
@@ -134,19 +131,23 @@ def sft_train_step(engine, prompt_ids: Tensor, prompt_mask: Tensor, response_ids
         rows_t = torch.zeros(1, dtype=torch.long)
         mask = torch.zeros_like(mask)
     plan = plan_micro_batches(prompt_mask, mask, token_budget, rows_t)
-    norms = global_normalizers([mask[r] for r in plan])
+    from mathrl.train.engines import all_reduce
+
+    norms = global_normalizers([mask[r] for r in plan], reduce=all_reduce)
     engine.train()
     total = 0.0
     ok = True
-    for r in plan:
+    # the same number of backwards on every rank (ZeRO-2/3 reduce inside each one): ranks with fewer
+    # micro-batches, or one that met a NaN, run zero-weight backwards (see forward.agreed_plan)
+    for r, real in agreed_plan(plan):
         mb = make_micro_batch(prompt_ids, prompt_mask, response_ids, mask, r, device)
         logp, _ = policy_forward(engine, mb, temperature=1.0)
         loss = sft_loss(logp, mb.response_mask, norm_tokens=norms.tokens, agg=agg, norm_seqs=norms.seqs)
-        if not torch.isfinite(loss):
+        if real and ok and not torch.isfinite(loss):
             ok = False
-            break
-        total += float(loss.detach())
-        engine.backward(loss * world_size, scale_wrt_gas=False)
+        if real and ok:
+            total += float(loss.detach())
+        engine.backward(loss * (world_size if real and ok else 0.0), scale_wrt_gas=False)
     ok = _all_reduce_sum(0.0 if ok else 1.0) == 0.0
     grad_norm = float("nan")
     if ok:
