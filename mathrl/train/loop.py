@@ -123,23 +123,38 @@ def evaluate(rollout, problems, cfg: Config, *, out_dir: Path | None = None) -> 
 class GradGuard:
     """Notices a NaN/inf gradient during backward, before any optimizer step.
 
-    A hook on every trainable parameter checks the gradient flowing into it (before DeepSpeed
-    reduces or partitions it); the first bad one is remembered by name. One reduction per
-    parameter and micro-batch: a sum is NaN/inf when any element is.
+    A hook on every trainable parameter adds the sum of the gradient flowing into it (before
+    DeepSpeed reduces or partitions it) to a per-parameter running sum on the device: a sum is
+    NaN/inf when any element is, and stays so when more is added. The hooks never wait for the
+    device; :attr:`bad` checks all running sums at once (one host sync per optimizer step, not one per
+    parameter and micro-batch) and names the first parameter whose gradient was NaN/inf.
     """
 
     def __init__(self, module: torch.nn.Module):
-        self.bad: str | None = None
+        self._sums: dict[str, torch.Tensor] = {}
+        self._bad: str | None = None
         self._handles = [p.register_hook(self._hook(n)) for n, p in module.named_parameters() if p.requires_grad]
 
     def _hook(self, name: str):
         def check(grad: torch.Tensor) -> None:
-            if self.bad is None and not bool(torch.isfinite(grad.sum())):
-                self.bad = name
+            s = grad.detach().sum(dtype=torch.float32)
+            prev = self._sums.get(name)
+            self._sums[name] = s if prev is None else prev + s
         return check
 
+    @property
+    def bad(self) -> str | None:
+        """The first parameter (in hook order) whose gradient held NaN/inf since :meth:`reset`, else None."""
+        if self._bad is None and self._sums:
+            names = list(self._sums)
+            finite = torch.isfinite(torch.stack([self._sums[n] for n in names]))
+            if not bool(finite.all()):  # the one host sync
+                self._bad = names[int((~finite).nonzero()[0, 0])]
+        return self._bad
+
     def reset(self) -> None:
-        self.bad = None
+        self._sums.clear()
+        self._bad = None
 
     def remove(self) -> None:
         for h in self._handles:
