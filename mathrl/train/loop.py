@@ -753,6 +753,9 @@ def plot_rewards(history: list[dict], path: Path) -> None:
 def prepare_run(cfg: Config) -> tuple[DistInfo, Path]:
     """Process group, batch-size checks, the run folder with its resolved config; removes checkpoints
     half-written by a crash. Shared by every training method (RL here, SFT/RFT in mathrl.ablate)."""
+    from mathrl.versions import check_versions
+
+    check_versions()  # an old DeepSpeed/transformers fails here with a message, not deep inside them
     preflight(cfg)  # cheap input checks (tokenizer, config.json, data) before any expensive work
     if resolve_dtype(cfg.model.dtype) == torch.float16:
         raise ConfigError("model.dtype = 'float16': training in float16 needs loss scaling, which mathrl's DeepSpeed "
