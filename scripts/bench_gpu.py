@@ -30,7 +30,9 @@ is a small pure-Python wheel; build it here and carry it along::
     # there:  pip install --no-index --no-deps wheels/*.whl
 
 (The device tool copies untracked files along; if ``wheels/`` is git-ignored, name it in its
-``carry``.) Without DeepSpeed the
+``carry``.) ``bash scripts/gpu_wheelhouse.sh`` builds all of these (and math-verify) into
+``gpu_wheels/``, and ``bash scripts/gpu_check.sh`` installs them and runs this benchmark as part of
+the GPU check (issue 15). Without DeepSpeed the
 script falls back to plain ``torch.optim.AdamW`` (fused) on bf16 parameters and says so; the
 update then has no fp32 master weights, so its time is a lower bound of ZeRO-2's.
 """
