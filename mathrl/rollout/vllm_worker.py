@@ -9,9 +9,10 @@ package, so pickled plain Python values are used for control messages):
 
 * request ``{"op": name, ...}`` -> reply ``{"ok": True, "result": ...}`` or
   ``{"ok": False, "error": "...", "traceback": "..."}``.
-* ops: ``init`` (model_path, dtype, seed, enable_prefix_caching, engine_kwargs), ``generate``
-  (prompt_ids, n, sampling), ``raw_generate_timed`` (benchmark baseline), ``score``, ``load_weights``, ``reset_prefix_cache``, ``sleep``,
-  ``wake_up``, ``info``, ``close``.
+* ops: ``init`` (model_path, dtype, seed, enable_prefix_caching, engine_kwargs, engine_options, dist),
+  ``generate`` (prompt_ids, n, sampling: one dict, or one per prompt), ``raw_generate_timed``
+  (benchmark baseline), ``score``, ``load_weights``, ``reset_prefix_cache``, ``sleep`` (level),
+  ``wake_up`` (tags), ``info``, ``close``.
 * ``load_weights`` is followed by a stream: for each tensor, a header
   ``{"name", "dtype", "shape", "nbytes"}`` then its raw bytes (``send_bytes``, received straight
   into a preallocated tensor), and finally ``None`` (or ``{"abort": reason}`` when the trainer's
@@ -92,7 +93,8 @@ def serve(conn: Connection) -> None:
 
                 core = VLLMCore(req["model_path"], dtype=req["dtype"], seed=req["seed"],
                                 enable_prefix_caching=req["enable_prefix_caching"],
-                                engine_kwargs=req["engine_kwargs"])
+                                engine_kwargs=req["engine_kwargs"], engine_options=req.get("engine_options"),
+                                dist=req.get("dist"))
                 result = core.info()
             elif core is None:
                 raise RuntimeError(f"op {op!r} before init")
@@ -114,7 +116,7 @@ def serve(conn: Connection) -> None:
             elif op == "sleep":
                 result = core.sleep(req.get("level", 1))
             elif op == "wake_up":
-                result = core.wake_up()
+                result = core.wake_up(req.get("tags"))
             elif op == "info":
                 result = core.info()
             elif op == "close":

@@ -319,6 +319,45 @@ class SafeCheckpointEngine:
                                   ) from None
 
 
+class zero3_init:
+    """Context for loading a Hugging Face model under DeepSpeed ZeRO-3: ``from_pretrained`` then runs
+    inside ``deepspeed.zero.Init``, so each rank materialises only its shard of the weights (a 7B model
+    is never built whole on every rank), as OpenRLHF does with ``HfDeepSpeedConfig``. Outside ZeRO-3
+    (``config`` None or another stage) it does nothing. The global flag transformers reads is cleared on
+    exit, so models built later (e.g. a rollout engine's own copy) load whole again.
+
+    ``zero3_init.taken`` counts the loads that went through the sharded path (tests check it)."""
+
+    taken = 0
+
+    def __init__(self, config: dict[str, Any] | None):
+        self.on = bool(config) and config.get("zero_optimization", {}).get("stage") == 3
+        self.config = config
+        self._hf = None
+
+    def __enter__(self):
+        if self.on:
+            from transformers.integrations import HfDeepSpeedConfig
+
+            self._hf = HfDeepSpeedConfig(self.config)  # transformers keeps a weak reference while it lives
+            zero3_init.taken += 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.on:
+            from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
+            unset_hf_deepspeed_config()
+            self._hf = None
+
+
+def inference_ds_config(dtype: torch.dtype, world_size: int) -> dict[str, Any]:
+    """The DeepSpeed config of a frozen ZeRO-3 model (the reference policy)."""
+    return {"train_micro_batch_size_per_gpu": 1, "train_batch_size": world_size,
+            "bf16": {"enabled": dtype == torch.bfloat16},
+            "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 1e4}}
+
+
 def build_inference_engine(module: torch.nn.Module, *, stage: int, dtype: torch.dtype, world_size: int):
     """A frozen model (the reference policy). Sharded with ZeRO-3 when the policy is; else a plain module."""
     module.requires_grad_(False)
@@ -327,10 +366,7 @@ def build_inference_engine(module: torch.nn.Module, *, stage: int, dtype: torch.
         return module.to(device())
     import deepspeed
 
-    config = {"train_micro_batch_size_per_gpu": 1, "train_batch_size": world_size,
-              "bf16": {"enabled": dtype == torch.bfloat16},
-              "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 1e4}}
-    engine, *_ = deepspeed.initialize(model=module, config=config)
+    engine, *_ = deepspeed.initialize(model=module, config=inference_ds_config(dtype, world_size))
     engine.eval()
     return engine
 

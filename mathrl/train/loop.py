@@ -41,7 +41,8 @@ from mathrl.algo.losses import agg_loss, global_normalizers, policy_loss, value_
 from mathrl.config import Config, ConfigError, dump_yaml
 from mathrl.train import checkpoint as ckpt
 from mathrl.train.engines import (DistInfo, build_engine, build_inference_engine, copy_weights, device,
-                                  discard_gradients, init_distributed, resolve_dtype)
+                                  discard_gradients, ds_config, inference_ds_config, init_distributed,
+                                  resolve_dtype, zero3_init)
 from mathrl.train.forward import (agreed_plan, batch_logprobs, batch_values, make_micro_batch,
                                   plan_micro_batches, policy_forward, value_forward)
 from mathrl.train.metrics import MetricsLogger, process_stats
@@ -212,7 +213,13 @@ def build_models(cfg: Config, dist: DistInfo, total_steps: int) -> Models:
     path = resolve_model_path(cfg.model.name, cfg.model.cache_dir)
     tokenizer = load_tokenizer(path)
     _seed_all(cfg.train.seed)
-    policy = load_causal_lm(path, dtype=dtype, gradient_checkpointing=cfg.model.gradient_checkpointing)
+    stage3 = cfg.deepspeed.zero_stage == 3
+    # ZeRO-3: load each model sharded (deepspeed.zero.Init), never whole on every rank
+    policy_ds = ds_config(3, cfg.deepspeed.offload, micro_batch=1, world_size=dist.world_size,
+                          grad_clip=cfg.train.max_grad_norm, dtype=dtype,
+                          config_path=cfg.deepspeed.config_path) if stage3 else None
+    with zero3_init(policy_ds):
+        policy = load_causal_lm(path, dtype=dtype, gradient_checkpointing=cfg.model.gradient_checkpointing)
     if cfg.model.disable_dropout:
         disable_dropout(policy)
     t = cfg.train
@@ -224,7 +231,8 @@ def build_models(cfg: Config, dist: DistInfo, total_steps: int) -> Models:
     ref = None
     if cfg.algo.kl_coef > 0:
         ref_path = resolve_model_path(cfg.model.ref_model, cfg.model.cache_dir) if cfg.model.ref_model else path
-        ref_module = load_causal_lm(ref_path, dtype=dtype)
+        with zero3_init(inference_ds_config(dtype, dist.world_size) if stage3 else None):
+            ref_module = load_causal_lm(ref_path, dtype=dtype)
         disable_dropout(ref_module)  # a frozen reference runs in eval mode anyway; this also covers train()
         ref = build_inference_engine(ref_module, stage=cfg.deepspeed.zero_stage,
                                      dtype=dtype, world_size=dist.world_size)
@@ -379,9 +387,11 @@ def load_checkpoint(folder: Path, models: Models, state: State) -> None:
 def sync_weights(rollout, engine) -> int:
     """Push the trainer's current parameters into the rollout engine (ZeRO-3 shards gathered one at a time)."""
     from mathrl.rollout import iter_full_parameters
+    from mathrl.rollout.colocate import ensure_awake
 
     if getattr(rollout, "model", None) is engine.module:
         return 0  # the hf engine shares the trainer's module: nothing to copy
+    ensure_awake(rollout, weights_only=True)  # colocated schedule: weights back, KV cache still free
     return rollout.update_weights(iter_full_parameters(engine.module))
 
 
@@ -454,12 +464,17 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
     batch_problems = [problems[i] for i in idx]
     prompts = [render_prompt(p, models.tokenizer, cfg.data.template) for p in batch_problems]
 
-    # 2. sample G responses per prompt
+    # 2. sample G responses per prompt (colocated schedule, rollout.sleep_between_steps: wake the KV
+    #    cache before, sleep after; both no-ops without it)
+    from mathrl.rollout import colocate
+
+    times.update(colocate.before_generate(rollout))
     t0 = time.perf_counter()
     sampling = SamplingConfig(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_tokens=r.max_tokens,
                               stop=stop_strings(cfg), seed=_sampling_seed(cfg, state.step, dist.rank))
     batch = rollout.generate(prompts, G, sampling)
     times["generate"] = time.perf_counter() - t0
+    times.update(colocate.after_generate(rollout))
     fault("generate", state.step + 1)
 
     # 3. grade and reward
@@ -544,7 +559,11 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
                 problems += [f"epoch {epoch + 1}, mini-batch {m + 1}: {bad}"] if bad else []
     times["train"] = time.perf_counter() - t0
 
-    # 7. weights -> rollout engine
+    # 7. weights -> rollout engine (colocated schedule: wake the weights first)
+    wake = colocate.before_sync(rollout)
+    if wake:  # time/wake = both wakes of the step
+        times["wake"] = times.get("wake", 0.0) + wake.pop("wake")
+        times.update(wake)
     t0 = time.perf_counter()
     sync_weights(rollout, models.policy)
     times["sync"] = time.perf_counter() - t0
@@ -731,7 +750,11 @@ def _check_batching(cfg: Config, dist: DistInfo) -> None:
 
 
 def plot_rewards(history: list[dict], path: Path) -> None:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:  # a minimal GPU image: the metrics log has the same numbers
+        print(f"mathrl: matplotlib is not installed; {path.name} not drawn", file=sys.stderr, flush=True)
+        return
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -802,6 +825,12 @@ def run(cfg: Config, *, loss_sign: float = 1.0, reward_fn=None, problems=None) -
         from mathrl.eval.benchmarks import heldout_problems
 
         eval_problems = heldout_problems(cfg)[1]
+    if eval_problems and cfg.rollout.tensor_parallel_size > 1:
+        # held-out evaluation runs on rank 0 alone, but a tensor-parallel engine needs every rank of its
+        # group in each generate call: rank 0 would wait forever for the others
+        print("mathrl: warning: held-out evaluation is off with rollout.tensor_parallel_size > 1 (it runs on rank 0 "
+              "only); evaluate the saved checkpoints with `mathrl eval`", file=sys.stderr, flush=True)
+        eval_problems = []
     models = build_models(cfg, dist, cfg.train.steps)
     state = State()
     resume_from, logger = resume_and_log(cfg, dist, out, models, state)
@@ -872,10 +901,20 @@ def make_rollout(cfg: Config, models: Models):
             kwargs["model"] = models.policy.module
         kwargs["device"] = device()
     else:
-        kwargs.update(vllm_python=cfg.rollout.vllm_python, gpu_memory_utilization=cfg.rollout.gpu_memory_utilization,
-                      cpu_kv_cache_gb=cfg.rollout.kv_cache_gb)
-    return make_engine(backend, models.model_path, tokenizer=models.tokenizer, seed=cfg.train.seed,
-                       dtype="float32" if resolve_dtype(cfg.model.dtype) == torch.float32 else "bfloat16", **kwargs)
+        from mathrl.rollout.vllm import dist_from_env
+
+        r = cfg.rollout
+        kwargs.update(vllm_python=r.vllm_python, gpu_memory_utilization=r.gpu_memory_utilization,
+                      cpu_kv_cache_gb=r.kv_cache_gb, tensor_parallel_size=r.tensor_parallel_size,
+                      max_model_len=r.max_model_len, enable_sleep_mode=r.enable_sleep_mode,
+                      enforce_eager=r.enforce_eager, sleep_between_steps=r.sleep_between_steps,
+                      sleep_level=r.sleep_level, dist=dist_from_env())
+    if cfg.rollout.dtype != "auto":
+        dtype = cfg.rollout.dtype
+    else:
+        dtype = "float32" if resolve_dtype(cfg.model.dtype) == torch.float32 else "bfloat16"
+    seed = cfg.train.seed if cfg.rollout.seed is None else cfg.rollout.seed
+    return make_engine(backend, models.model_path, tokenizer=models.tokenizer, seed=seed, dtype=dtype, **kwargs)
 
 
 def _report(out: Path, before: dict, after: dict) -> None:

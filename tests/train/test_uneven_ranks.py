@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from test_normalisation import run_worker
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # three torchrun launches of the real model
 
 # The weight change (lr 1e-2, Adam eps 1: ~1e-2 x the gradient, two optimizer steps) is read as the
 # difference of float32 weights, so it carries their rounding (~6e-8 absolute on a change of ~6e-3);

