@@ -8,15 +8,46 @@ zero, divisions are exact). Generation is deterministic: the same
 ``(n, level, seed, split)`` gives the same problems in every process and on
 every platform (``random.Random`` seeded with a string).
 
-Levels go from one-digit addition to four-step chains with three-digit numbers;
-the easy end is fine-grained because small models (SmolLM2-135M) fail already
-on two-digit arithmetic. See :data:`LEVELS` for what each level draws.
+Held-out facts are disjoint from training facts. A *fact* is one arithmetic
+step: its two operands and its operator, e.g. ``3 + 4`` or, inside the chain
+``(7 * 3) + 12``, the facts ``3 * 7`` and ``21 + 12``. ``+`` and ``*`` are
+commutative, so a fact is canonicalised with the smaller operand first
+(``3 + 4`` and ``4 + 3`` are the same fact); ``-`` and ``/`` keep their order.
+A stable hash (BLAKE2b of the salted fact text, independent of level, seed and
+Python's hash randomisation) puts each fact into the held-out part with
+probability :data:`HELDOUT_SHARE` = 1/2, else into the training part. The
+``test`` split only yields problems all of whose steps are held-out facts and
+every other split (``train``) only problems all of whose steps are training
+facts; a draw that mixes the two parts is redrawn. So no held-out problem shares
+an (operands, operator) fact with any training problem, at any level, seed or
+stream length -- evaluation measures arithmetic on facts the run never trained
+on, not recall of seen ones. The partition is global (the same fact is held out
+at every level), so it also holds across levels.
+
+Why one half: level 1 (one-digit ``a + b``) has only 81 ordered sums, 45 facts
+after canonicalisation; the hash puts 20 of them (38 ordered sums; 10 of the 20
+carry past 10) in the held-out part and 25 (43 ordered sums; 15 carry) in the
+training part. A smaller share would leave too few held-out sums for the demo's
+32 held-out problems to be distinct; a larger one too few facts to train on.
+Harder levels have far more facts and so far more room on both sides. The salt
+was fixed before looking at which facts it holds out and is not tuned.
+
+Held-out problems do not repeat an expression while unused ones remain: the
+``test`` split redraws an expression it has already produced, and only after
+``_CYCLE_MISSES`` consecutive repeats (the level's held-out expressions are
+used up, which happens at levels 1, 2 and 5) does it start a new cycle. So at
+level 1 the first 38 held-out problems are 38 different sums, and the demo's 32
+cover 19-20 of the 20 held-out facts (seeds 0-2). Held-out problems may repeat
+a *fact* in the other order (``3 + 4`` and ``4 + 3``); both are unseen in
+training. Training streams repeat expressions freely (2000 problems from 43
+sums at level 1).
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mathrl.data.errors import DataError
@@ -27,6 +58,26 @@ DEFAULT_LEVEL = 3
 DEFAULT_N = 1000
 DEFAULT_SEED = 0
 MAX_VALUE = 100_000  # cap on any intermediate value
+HELDOUT_SHARE = 0.5  # share of facts (operands, operator) reserved for the held-out ``test`` split
+HELDOUT_SPLIT = "test"
+_FACT_SALT = "mathrl-synthetic-fact/v1"
+_CYCLE_MISSES = 2000  # consecutive repeated held-out expressions before a new cycle may repeat them
+
+Fact = tuple[int, str, int]
+
+
+def canonical_fact(left: int, op: str, right: int) -> Fact:
+    """The fact ``left op right`` with commutative ``+`` / ``*`` operands in ascending order."""
+    if op in ("+", "*") and left > right:
+        left, right = right, left
+    return (left, op, right)
+
+
+def is_heldout_fact(fact: Fact) -> bool:
+    """Whether a (canonical) fact belongs to the held-out part; stable across processes and platforms."""
+    a, op, b = fact
+    digest = hashlib.blake2b(f"{_FACT_SALT}/{a} {op} {b}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") < HELDOUT_SHARE * 2**64
 
 
 @dataclass(frozen=True)
@@ -126,11 +177,12 @@ def _boxes(n: int, theme: _Theme) -> str:
 
 @dataclass
 class _Chain:
-    """The drawn arithmetic: starting term, then (op, value) steps, and its value."""
+    """The drawn arithmetic: starting term, then (op, value) steps, its value and its facts."""
 
     start: tuple[int, ...]  # (a,) or (containers, per_container) when it starts with '*'
     steps: list[tuple[str, int]]
     value: int
+    facts: list[Fact] = field(default_factory=list)  # one canonical fact per binary operation
 
     def expression(self) -> str:
         if len(self.start) == 2:
@@ -147,11 +199,13 @@ def _draw_chain(rng: random.Random, lv: Level) -> _Chain | None:
     ops = [rng.choice(lv.ops) for _ in range(lv.n_ops)]
     if any(op == "/" for op in ops[:-1]) or any(r not in ops for r in lv.require):
         return None
+    facts: list[Fact] = []
     if ops[0] == "*":
         k = rng.randint(*lv.factor)
         per = rng.randint(*lv.start)
         start: tuple[int, ...] = (k, per)
         value = k * per
+        facts.append(canonical_fact(k, "*", per))
         rest = ops[1:]
     else:
         value = rng.randint(*lv.start)
@@ -159,6 +213,7 @@ def _draw_chain(rng: random.Random, lv: Level) -> _Chain | None:
         rest = ops
     steps: list[tuple[str, int]] = []
     for op in rest:
+        left = value
         if op == "+":
             v = rng.randint(*lv.operand)
             value += v
@@ -180,7 +235,8 @@ def _draw_chain(rng: random.Random, lv: Level) -> _Chain | None:
         if value > MAX_VALUE:
             return None
         steps.append((op, v))
-    return _Chain(start=start, steps=steps, value=value)
+        facts.append(canonical_fact(left, op, v))
+    return _Chain(start=start, steps=steps, value=value, facts=facts)
 
 
 def _render(rng: random.Random, chain: _Chain) -> tuple[str, str]:
@@ -275,6 +331,10 @@ def generate(n: int, level: int = DEFAULT_LEVEL, seed: int = DEFAULT_SEED, split
     Deterministic in ``(n, level, seed, split)``; the first ``m`` problems of
     ``generate(n, ...)`` equal ``generate(m, ...)``. ``split`` selects an
     independent stream, so ``train`` and ``test`` differ for the same seed.
+    ``split="test"`` draws only held-out facts and does not repeat an
+    expression while unused ones remain; every other split draws only training
+    facts, so no ``test`` problem shares an (operands, operator) fact with any
+    other split's problem (see the module docstring).
 
     Each problem's ``meta`` holds ``level``, ``expression`` (the arithmetic the
     story encodes, e.g. ``(7 * 3) + 12``), ``ops``, ``template`` and ``seed``.
@@ -289,11 +349,23 @@ def generate(n: int, level: int = DEFAULT_LEVEL, seed: int = DEFAULT_SEED, split
         raise DataError(f"synthetic option 'level' must be one of {sorted(LEVELS)}, got {level}")
     lv = LEVELS[level]
     rng = random.Random(f"mathrl-synthetic/{split}/L{level}/seed{seed}")
+    heldout = split == HELDOUT_SPLIT
+    seen: set[str] = set()  # held-out expressions of the current cycle
+    misses = 0
     problems: list[Problem] = []
     while len(problems) < n:
         chain = _draw_chain(rng, lv)
-        if chain is None:
+        if chain is None or any(is_heldout_fact(f) != heldout for f in chain.facts):
             continue
+        expression = chain.expression()
+        if heldout:
+            if expression in seen:
+                misses += 1
+                if misses < _CYCLE_MISSES:
+                    continue
+                seen.clear()  # every held-out expression has been used: start a new cycle
+            misses = 0
+            seen.add(expression)
         text, template = _render(rng, chain)
         i = len(problems)
         problems.append(
@@ -304,7 +376,7 @@ def generate(n: int, level: int = DEFAULT_LEVEL, seed: int = DEFAULT_SEED, split
                 source="synthetic",
                 meta={
                     "level": level,
-                    "expression": chain.expression(),
+                    "expression": expression,
                     "ops": ["*"] * (len(chain.start) == 2) + [op for op, _ in chain.steps],
                     "template": template,
                     "seed": seed,

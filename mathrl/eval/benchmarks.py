@@ -132,7 +132,10 @@ def heldout_problems(cfg) -> tuple[str, list]:
       test split), first ``data.eval_limit`` problems;
     * else, for ``data.source = synthetic``: the synthetic ``test`` stream at
       ``data.synthetic_level`` and seed ``train.seed`` -- a stream independent
-      of the training problems (the generator keys its RNG on the split);
+      of the training problems (the generator keys its RNG on the split) whose
+      facts are disjoint from theirs: no held-out problem shares an (operands,
+      operator) step with any problem of the training stream, of any length,
+      seed or level (see :mod:`mathrl.data.synthetic`);
     * else the training source's test split (``data.eval_path``, or the
       ``test`` file beside ``data.path``).
 
