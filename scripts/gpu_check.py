@@ -56,21 +56,23 @@ NEEDED = {
 }
 
 
+sys.path.insert(0, str(REPO / "scripts"))
+from bench_gpu import Shape as _Dims  # noqa: E402  (the decoder dimensions; bench_gpu's FLOPs use them too)
+
+
 @dataclass(frozen=True)
-class Shape:
-    name: str
-    layers: int
-    hidden: int
-    heads: int
-    kv_heads: int
-    intermediate: int
-    vocab: int
+class Shape(_Dims):
+    """bench_gpu's decoder dimensions plus a name for the report."""
+
+    name: str = ""
 
 
 SHAPES = {
-    "0.5b": Shape("Qwen2.5-0.5B", 24, 896, 14, 2, 4864, 151936),
-    "1.5b": Shape("Qwen2.5-1.5B", 28, 1536, 12, 2, 8960, 151936),
-    "tiny": Shape("tiny", 2, 64, 4, 2, 128, 512),
+    "0.5b": Shape(name="Qwen2.5-0.5B", layers=24, hidden=896, heads=14, kv_heads=2, intermediate=4864,
+                  vocab=151936),
+    "1.5b": Shape(name="Qwen2.5-1.5B", layers=28, hidden=1536, heads=12, kv_heads=2, intermediate=8960,
+                  vocab=151936),
+    "tiny": Shape(name="tiny", layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=512),
 }
 
 
