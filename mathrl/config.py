@@ -233,7 +233,10 @@ class TrainConfig:
 class DeepSpeedConfig:
     zero_stage: int = option(2, "ZeRO stage (0 = plain data parallel).", ge=0, le=3)
     offload: Literal["none", "optimizer", "all"] = option("none", "Offload optimizer state (and with 'all', "
-                                                          "ZeRO-3 parameters) to CPU memory.")
+                                                          "ZeRO-3 parameters) to CPU memory. DeepSpeed then builds "
+                                                          "its own DeepSpeedCPUAdam from train.lr/weight_decay (it "
+                                                          "refuses a client optimizer); its C++ op is JIT-compiled "
+                                                          "once per machine (~1 min, needs a C++ compiler).")
     config_path: Optional[str] = option(None, "A DeepSpeed JSON to use instead of ds_configs/zero<stage>.json; "
                                         "'auto' values are filled from this config. Numeric batch sizes must "
                                         "satisfy train_batch_size = train_micro_batch_size_per_gpu x "

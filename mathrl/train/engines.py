@@ -253,26 +253,97 @@ def lr_lambda(schedule: str, warmup: int, total: int):
     return f
 
 
+def offloads_optimizer(config: dict[str, Any]) -> bool:
+    """True when the DeepSpeed config moves optimizer state off the accelerator (ZeRO-Offload)."""
+    device = (config.get("zero_optimization", {}).get("offload_optimizer") or {}).get("device", "none")
+    return str(device).lower() in ("cpu", "nvme")
+
+
+def optimizer_block(config: dict[str, Any], *, lr: float, weight_decay: float, betas, eps: float = 1e-8) -> dict:
+    """The ``"optimizer"`` block DeepSpeed builds its optimizer from under ZeRO-Offload.
+
+    DeepSpeed refuses ZeRO-Offload with a client ``torch.optim`` optimizer (it would step the
+    offloaded fp32 master weights with a slow Python loop); with ``"type": "AdamW"`` and the
+    optimizer state on the CPU it builds ``DeepSpeedCPUAdam`` (a vectorised C++ AdamW, JIT-compiled
+    once per machine). mathrl's ``train.lr`` / ``train.weight_decay`` fill the block; a block in
+    the user's own JSON (``deepspeed.config_path``) is kept and only its ``"auto"`` values are filled.
+    """
+    mine = {"lr": lr, "betas": list(betas), "eps": eps, "weight_decay": weight_decay}
+    block = copy.deepcopy(config.get("optimizer") or {"type": "AdamW", "params": {}})
+    params = block.setdefault("params", {})
+    for key, value in mine.items():
+        if params.get(key, "auto") == "auto":
+            params[key] = value
+    return block
+
+
 def build_engine(module: torch.nn.Module, *, lr: float, weight_decay: float, schedule: str, warmup: int,
                  total_steps: int, stage: int, offload: str, grad_clip: float, dtype: torch.dtype,
                  world_size: int, config_path: str | None = None, betas=(0.9, 0.999)):
-    """A DeepSpeed engine with torch AdamW as the client optimizer and a LambdaLR schedule.
+    """A DeepSpeed engine with AdamW and a LambdaLR schedule (``lr_lambda``).
 
-    torch's AdamW is used on CPU because DeepSpeed's CPU/fused Adam JIT-compiles for
-    minutes on first use; on GPU with offload, DeepSpeedCPUAdam is the right choice
-    and DeepSpeed picks it from the JSON when an ``optimizer`` block is given there.
+    Without offload the optimizer is torch's AdamW passed as DeepSpeed's client optimizer
+    (DeepSpeed's fused/CPU Adam JIT-compiles for minutes on first use and is not faster on a
+    CPU-only run). With ZeRO-Offload (``deepspeed.offload=optimizer|all``, or an
+    ``offload_optimizer`` block in the user's JSON) DeepSpeed builds the optimizer itself from an
+    ``"optimizer"`` block (:func:`optimizer_block`) -- it refuses a client optimizer there -- and
+    the schedule is handed over as a factory so it wraps DeepSpeed's optimizer. Either way the
+    same AdamW hyper-parameters and the same schedule apply, and the schedule's state travels in
+    DeepSpeed's checkpoint.
     """
     import deepspeed
 
     params = [p for p in module.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=betas)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(schedule, warmup, total_steps))
     config = ds_config(stage, offload, micro_batch=1, world_size=world_size, grad_clip=grad_clip,
                        dtype=dtype, config_path=config_path)
-    engine, _, _, _ = deepspeed.initialize(model=module, optimizer=optimizer, lr_scheduler=scheduler,
-                                           config=config)
+    lam = lr_lambda(schedule, warmup, total_steps)
+    if offloads_optimizer(config) or "optimizer" in config:
+        config["optimizer"] = optimizer_block(config, lr=lr, weight_decay=weight_decay, betas=betas)
+        engine, _, _, _ = deepspeed.initialize(
+            model=module, model_parameters=params, config=config,
+            lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lam))
+    else:
+        optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=betas)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lam)
+        engine, _, _, _ = deepspeed.initialize(model=module, optimizer=optimizer, lr_scheduler=scheduler,
+                                               config=config)
     engine.checkpoint_engine = SafeCheckpointEngine(engine.checkpoint_engine)
     return engine
+
+
+def load_engine_checkpoint(engine, folder: str, **kwargs) -> None:
+    """``engine.load_checkpoint`` plus :func:`replay_cpu_adam_steps` (exact resume under ZeRO-Offload)."""
+    engine.load_checkpoint(folder, tag="state", **kwargs)
+    replay_cpu_adam_steps(engine)
+
+
+def replay_cpu_adam_steps(engine) -> int:
+    """Bring DeepSpeedCPUAdam's C++ bias-correction state to where an uninterrupted run has it.
+
+    The C++ optimizer keeps ``beta^t`` as a float32 running product (multiplied by beta once per
+    step) and recomputes it with ``pow(beta, t)`` only when the step count jumps, as it does on the
+    first step after a checkpoint load. The two differ in the last bits, so a resumed ZeRO-Offload
+    run drifted from the uninterrupted one by ~2e-7 (tests/train/test_offload.py). Replaying steps
+    1..t on empty tensors rebuilds the same running product; nothing else in the optimizer changes.
+    Returns the number of steps replayed (0 without DeepSpeedCPUAdam).
+    """
+    try:
+        from deepspeed.ops.adam import DeepSpeedCPUAdam
+    except ImportError:  # pragma: no cover - DeepSpeed is a dependency
+        return 0
+    opt = getattr(engine.optimizer, "optimizer", None)
+    if not isinstance(opt, DeepSpeedCPUAdam):
+        return 0
+    steps = [int(st["step"]) for st in opt.state.values() if "step" in st]
+    if not steps:
+        return 0
+    group = opt.param_groups[0]
+    beta1, beta2 = group["betas"]
+    empty = torch.empty(0, dtype=torch.float32)
+    for t in range(1, max(steps) + 1):
+        opt.ds_opt_adam.adam_update(opt.opt_id, t, group["lr"], beta1, beta2, group["eps"], group["weight_decay"],
+                                    group["bias_correction"], empty, empty.clone(), empty.clone(), empty.clone())
+    return max(steps)
 
 
 # the only non-tensor classes DeepSpeed 0.19 puts into its ZeRO checkpoints (found with
@@ -417,6 +488,17 @@ def discard_gradients(engine) -> None:
             opt._release_preflattened_grad_buffers()
         if getattr(opt, "cpu_offload", False):
             opt.reset_cpu_buffers()
+            # ZeRO-Offload keeps the gradients of earlier micro-batches in CPU buffers and adds the
+            # next backward to them while micro_step_id > 0; only step() resets it. Without this the
+            # skipped step's NaN came back in the next step (tests/train/test_reliability.py, offload).
+            for buf in (getattr(opt, "accumulated_grads_in_cpu", None) or {}).values():
+                buf.zero_()
+            if hasattr(opt, "_offload_accumulated_param_ids"):
+                opt._offload_accumulated_param_ids = set()
+        if hasattr(opt, "micro_step_id"):
+            from deepspeed.runtime.zero.stage_1_and_2 import INITIAL_MICRO_STEP_ID
+
+            opt.micro_step_id = INITIAL_MICRO_STEP_ID  # the state step() leaves: the next backward copies
         for k in list(getattr(opt, "averaged_gradients", {}) or {}):
             opt.averaged_gradients[k] = None
             if hasattr(opt, "all_grad_tensors"):

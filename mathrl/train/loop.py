@@ -42,7 +42,7 @@ from mathrl.config import Config, ConfigError, dump_yaml
 from mathrl.train import checkpoint as ckpt
 from mathrl.train.engines import (DistInfo, build_engine, build_inference_engine, copy_weights, device,
                                   discard_gradients, ds_config, inference_ds_config, init_distributed,
-                                  resolve_dtype, zero3_init)
+                                  load_engine_checkpoint, resolve_dtype, zero3_init)
 from mathrl.train.forward import (agreed_plan, batch_logprobs, batch_values, make_micro_batch,
                                   plan_micro_batches, policy_forward, value_forward)
 from mathrl.train.metrics import MetricsLogger, process_stats
@@ -367,9 +367,9 @@ def load_checkpoint(folder: Path, models: Models, state: State) -> None:
             refused = exc
     if not _all_ranks_ok(refused is None):
         raise refused or ckpt.CheckpointError(f"{folder}: refused by rank 0 (its message names the file)")
-    models.policy.load_checkpoint(str(folder / "ds_policy"), tag="state", load_module_strict=True)
+    load_engine_checkpoint(models.policy, str(folder / "ds_policy"), load_module_strict=True)
     if models.critic is not None:
-        models.critic.load_checkpoint(str(folder / "ds_critic"), tag="state")
+        load_engine_checkpoint(models.critic, str(folder / "ds_critic"))
     saved = ckpt.read_state(folder)
     state.step = int(saved["step"])
     state.bad_steps = int(saved.get("bad_steps", 0))

@@ -107,14 +107,15 @@ def test_grad_guard_sees_a_nan_gradient_behind_a_finite_loss():
     assert guard.bad is None
 
 
-@pytest.mark.parametrize("stage", [1, 2, 3])
-def test_a_nan_step_is_skipped_without_a_trace(digit_model_dir, tmp_path, fault_env, stage):
+@pytest.mark.parametrize("stage,offload", [(1, "none"), (2, "none"), (3, "none"), (2, "optimizer"), (3, "all")])
+def test_a_nan_step_is_skipped_without_a_trace(digit_model_dir, tmp_path, fault_env, stage, offload):
     """NaN in the last micro-batch's loss at step 2 (after the others were backpropagated): the step is
-    skipped, the weights stay those of step 1, and step 3 equals a run that never saw step 2."""
+    skipped, the weights stay those of step 1, and step 3 equals a run that never saw step 2. With
+    ZeRO-Offload the reduced gradients sit in DeepSpeed's CPU buffers, cleared the same way."""
     fault_env("nan@loss@2")
     out = tmp_path / "nan"
     assert run(_digit_cfg(digit_model_dir, out, "train.steps=3", "train.save_every=1", "train.keep_last=5",
-                          f"deepspeed.zero_stage={stage}"),
+                          f"deepspeed.zero_stage={stage}", f"deepspeed.offload={offload}"),
                problems=digit_problems(), reward_fn=first_digit_reward) == 0
     steps = read_metrics(out / "metrics.jsonl")
     assert [s["bad_step"] for s in steps] == [0.0, 1.0, 0.0]
@@ -135,7 +136,8 @@ def test_a_nan_step_is_skipped_without_a_trace(digit_model_dir, tmp_path, fault_
     state["step"] = 2
     (two / ckpt.STATE).write_text(json.dumps(state))
     ckpt.write_manifest(two, {"step": 2})
-    assert run(_digit_cfg(digit_model_dir, ref, "train.steps=3", "train.resume=auto", f"deepspeed.zero_stage={stage}"),
+    assert run(_digit_cfg(digit_model_dir, ref, "train.steps=3", "train.resume=auto", f"deepspeed.zero_stage={stage}",
+                          f"deepspeed.offload={offload}"),
                problems=digit_problems(), reward_fn=first_digit_reward) == 0
     assert _steps(ref)[-1] == _steps(out)[-1]  # same loss, same gradient norm
     assert _same_weights(_weights(ckpt.list_checkpoints(ref)[-1][1]), _weights(ck[3]))
