@@ -262,6 +262,11 @@ class EvalConfig:
     max_tokens: int = option(256, "Maximum new tokens per evaluation sample.", ge=1)
     greedy: bool = option(True, "Also report greedy (temperature 0) accuracy.")
     every: int = option(0, "Evaluate every N training steps (0 = before and after only).", ge=0)
+    chunk_rows: Optional[int] = option(None, "Most sampled rows (problems x eval.n) per engine call (None = 256 "
+                                       "for hf, 4096 for vLLM, and with several ranks at most ceil(problems / "
+                                       "ranks) problems, so every rank evaluates a share). Chunk j samples with "
+                                       "seed + j, so a fixed value gives the same report for any number of ranks.",
+                                       ge=1)
 
 
 @dataclass

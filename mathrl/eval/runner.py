@@ -98,7 +98,8 @@ class EvalSettings:
         return cls(n=cfg.eval.n, ks=tuple(cfg.eval.k), temperature=cfg.eval.temperature, top_p=cfg.eval.top_p,
                    top_k=-1 if top_k is None else top_k, max_tokens=cfg.eval.max_tokens, greedy=cfg.eval.greedy,
                    seed=cfg.train.seed, template=cfg.data.template, system_prompt=cfg.data.system_prompt,
-                   stop=tuple(cfg.rollout.stop), timeout=cfg.reward.timeout, workers=cfg.reward.workers)
+                   stop=tuple(cfg.rollout.stop), timeout=cfg.reward.timeout, workers=cfg.reward.workers,
+                   chunk_rows=cfg.eval.chunk_rows)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -130,20 +131,40 @@ def _sample_records(batch, g: int) -> list[list[dict]]:
     return out
 
 
-def generate_records(engine, problems: Sequence, settings: EvalSettings, *, name: str = "",
-                     log: Log = _stderr) -> list[dict]:
-    """Sample (and greedy-decode) every problem; return ungraded per-problem records."""
-    from mathrl.rollout import SamplingConfig
+def chunk_bounds(n_problems: int, settings: EvalSettings, engine=None, *, world: int = 1) -> list[tuple[int, int]]:
+    """The ``(start, end)`` problem ranges of the engine calls; chunk ``j`` samples with ``seed + j``.
 
-    prompts, tpl_stop = _render(problems, settings, engine.tokenizer)
-    stop = tuple(dict.fromkeys(tpl_stop + settings.stop))
+    At most ``settings.chunk_rows`` rows (problems x n) per call (default 256 for the hf backend,
+    4096 for vLLM). With ``world`` ranks sharing the work and ``chunk_rows`` unset, a chunk is also at
+    most ceil(problems / world) so that every rank gets some. The records depend only on the chunks,
+    not on which rank generated them: with the same chunks a report is identical for any world size.
+    """
     rows = settings.chunk_rows or (4096 if "vllm" in type(engine).__name__.lower() else 256)
     per_chunk = max(1, rows // settings.n)
+    if world > 1 and settings.chunk_rows is None:
+        per_chunk = min(per_chunk, max(1, -(-n_problems // world)))
+    return [(s, min(s + per_chunk, n_problems)) for s in range(0, n_problems, per_chunk)]
+
+
+def generate_records(engine, problems: Sequence, settings: EvalSettings, *, name: str = "",
+                     log: Log = _stderr, part: tuple[int, int] = (0, 1)) -> list[dict]:
+    """Sample (and greedy-decode) every problem; return ungraded per-problem records.
+
+    ``part = (rank, world)``: generate only the chunks ``j`` with ``j % world == rank`` (in chunk
+    order); :func:`assemble_parts` puts the ranks' records back in problem order.
+    """
+    from mathrl.rollout import SamplingConfig
+
+    rank, world = part
+    prompts, tpl_stop = _render(problems, settings, engine.tokenizer)
+    stop = tuple(dict.fromkeys(tpl_stop + settings.stop))
     records: list[dict] = []
     t0 = time.time()
-    for j, start in enumerate(range(0, len(problems), per_chunk)):
-        chunk = list(problems[start:start + per_chunk])
-        chunk_prompts = prompts[start:start + per_chunk]
+    for j, (start, end) in enumerate(chunk_bounds(len(problems), settings, engine, world=world)):
+        if j % world != rank:
+            continue
+        chunk = list(problems[start:end])
+        chunk_prompts = prompts[start:end]
         sp = SamplingConfig(temperature=settings.temperature, top_p=settings.top_p, top_k=settings.top_k,
                             max_tokens=settings.max_tokens, stop=stop, seed=settings.seed + j)
         sampled = _sample_records(engine.generate(chunk_prompts, settings.n, sp), settings.n)
@@ -159,10 +180,25 @@ def generate_records(engine, problems: Sequence, settings: EvalSettings, *, name
             if greedy is not None:
                 rec["greedy"] = greedy[i][0]
             records.append(rec)
-        done = min(start + per_chunk, len(problems))
-        log(f"[{name}] generated {done}/{len(problems)} problems x {settings.n} samples"
-            f"{' + greedy' if settings.greedy else ''} ({time.time() - t0:.0f} s)")
+        log(f"[{name}] generated {end}/{len(problems)} problems x {settings.n} samples"
+            f"{' + greedy' if settings.greedy else ''} ({time.time() - t0:.0f} s)"
+            + (f" on rank {rank} of {world}" if world > 1 else ""))
     return records
+
+
+def assemble_parts(parts: Sequence[Sequence[dict]], bounds: Sequence[tuple[int, int]]) -> list[dict]:
+    """Records of every rank (``parts[r]`` from ``generate_records(..., part=(r, len(parts)))``) in
+    problem order: chunk ``j`` is the next ``end - start`` records of rank ``j % world``."""
+    world = len(parts)
+    taken = [0] * world
+    out: list[dict] = []
+    for j, (start, end) in enumerate(bounds):
+        r = j % world
+        out.extend(parts[r][taken[r]:taken[r] + end - start])
+        taken[r] += end - start
+    if taken != [len(p) for p in parts] or len(out) != (bounds[-1][1] if bounds else 0):
+        raise ValueError(f"rank records do not match the chunks: got {[len(p) for p in parts]}, used {taken}")
+    return out
 
 
 # --------------------------------------------------------------------------- grading
@@ -402,14 +438,24 @@ class BenchmarkResult:
 
 
 def evaluate_benchmark(engine, problems: Sequence, settings: EvalSettings, *, name: str,
-                       out_dir: str | Path | None = None, grader=None, log: Log = _stderr) -> BenchmarkResult:
-    """Generate, grade and summarise one benchmark; write ``<out_dir>/<name>/samples.jsonl``."""
+                       out_dir: str | Path | None = None, grader=None, log: Log = _stderr,
+                       part: tuple[int, int] = (0, 1), gather=None) -> BenchmarkResult:
+    """Generate, grade and summarise one benchmark; write ``<out_dir>/<name>/samples.jsonl``.
+
+    Split over ranks: ``part = (rank, world)`` and ``gather(obj) -> [obj of rank 0, 1, ...]`` (an
+    all-gather, called once on every rank). Each rank generates and grades its chunks, the graded
+    records are gathered and every rank returns the same result; pass ``out_dir`` on one rank only.
+    """
     if not problems:
         raise ValueError(f"benchmark {name!r} has no problems to evaluate")
+    if part[1] > 1 and gather is None:
+        raise ValueError("evaluate_benchmark: part=(rank, world) with world > 1 needs a gather function")
     t0 = time.time()
-    records = generate_records(engine, problems, settings, name=name, log=log)
+    records = generate_records(engine, problems, settings, name=name, log=log, part=part)
     t_gen = time.time() - t0
     grade_records(records, settings, grader)
+    if part[1] > 1:
+        records = assemble_parts(gather(records), chunk_bounds(len(problems), settings, engine, world=part[1]))
     summary = summarize(records, settings, name=name)
     summary["seconds"] = {"generate": round(t_gen, 2), "total": round(time.time() - t0, 2)}
     if out_dir is not None:

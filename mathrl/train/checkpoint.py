@@ -73,13 +73,51 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
-def write_manifest(folder: Path, extra: dict[str, Any] | None = None) -> None:
+_RANK_FILE = re.compile(r"(?:^|_)zero_pp_rank_(\d+)_")
+
+
+def file_owner(rel: str, world_size: int) -> int:
+    """The rank that wrote (and hashes) a checkpoint file: DeepSpeed's per-rank shards
+    (``*zero_pp_rank_<r>_*``) belong to rank r, everything else to rank 0 (which wrote it)."""
+    m = _RANK_FILE.search(Path(rel).name)
+    r = int(m.group(1)) if m else 0
+    return r if r < world_size else 0
+
+
+def hash_own_files(folder: Path, rank: int, world_size: int) -> dict[str, tuple[int, str]]:
+    """``{relative path: (size, SHA-256)}`` of the files of ``folder`` that :func:`file_owner` gives
+    this rank, each fsynced first. Every rank hashes its own shards, so a 7B checkpoint is not hashed
+    by rank 0 alone while the other ranks wait in a collective."""
+    out: dict[str, tuple[int, str]] = {}
+    for p in sorted(folder.rglob("*")):
+        if not p.is_file() or p.name == MANIFEST:
+            continue
+        rel = str(p.relative_to(folder))
+        if file_owner(rel, world_size) != rank:
+            continue
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        out[rel] = (p.stat().st_size, sha256_file(p))
+    return out
+
+
+def write_manifest(folder: Path, extra: dict[str, Any] | None = None,
+                   known: dict[str, tuple[int, str]] | None = None) -> None:
+    """Write ``MANIFEST.json`` (sizes and SHA-256 of every file); ``known`` holds hashes other ranks
+    already computed (:func:`hash_own_files`), the rest are hashed here."""
     files, hashes = {}, {}
+    known = known or {}
     for p in sorted(folder.rglob("*")):
         if p.is_file() and p.name != MANIFEST:
             rel = str(p.relative_to(folder))
             files[rel] = p.stat().st_size
-            hashes[rel] = sha256_file(p)
+            if rel in known and known[rel][0] == files[rel]:
+                hashes[rel] = known[rel][1]
+            else:
+                hashes[rel] = sha256_file(p)
     manifest = {"files": files, "sha256": hashes, **(extra or {})}
     tmp = folder / (MANIFEST + ".tmp")
     tmp.write_text(json.dumps(manifest, indent=1))
@@ -101,11 +139,12 @@ def is_complete(folder: Path) -> bool:
     return True
 
 
-def verify(folder: Path) -> None:
+def verify(folder: Path, rank: int = 0, world_size: int = 1) -> None:
     """Check every file of a checkpoint against its manifest (size and SHA-256); raise CheckpointError.
 
     Files that are not in the manifest are refused too (something was added after the checkpoint
-    was written)."""
+    was written). With several ranks each rank hashes the files :func:`file_owner` gives it (every
+    rank calls this and the verdicts are combined); rank 0 also checks the file list."""
     try:
         manifest = json.loads((folder / MANIFEST).read_text())
     except (OSError, ValueError) as exc:
@@ -117,10 +156,12 @@ def verify(folder: Path) -> None:
                               "an older mathrl?); refusing to load it")
     present = {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST}
     extra = sorted(present - set(hashes))
-    if extra:
+    if extra and rank == 0:
         raise CheckpointError(f"{folder}: file {extra[0]} is not in the checkpoint's manifest (added after it was "
                               "written); refusing to load the checkpoint")
     for rel, digest in hashes.items():
+        if file_owner(rel, world_size) != rank:
+            continue
         p = folder / rel
         if not p.is_file():
             raise CheckpointError(f"{p}: listed in the manifest but missing; refusing to load the checkpoint")
@@ -174,10 +215,12 @@ def begin(output_dir: str | os.PathLike, step: int) -> Path:
     return tmp
 
 
-def commit(tmp: Path, step: int, keep_last: int, extra: dict[str, Any] | None = None) -> Path:
-    """fsync, write the manifest last, rename into place, then prune old checkpoints."""
+def commit(tmp: Path, step: int, keep_last: int, extra: dict[str, Any] | None = None,
+           known: dict[str, tuple[int, str]] | None = None) -> Path:
+    """fsync, write the manifest last (``known``: hashes computed by the ranks), rename into place,
+    then prune old checkpoints."""
     _fsync_tree(tmp)
-    write_manifest(tmp, {"step": step, **(extra or {})})
+    write_manifest(tmp, {"step": step, **(extra or {})}, known=known)
     final = tmp.parent / step_dirname(step)
     if final.exists():
         shutil.rmtree(final)

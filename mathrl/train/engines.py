@@ -66,6 +66,20 @@ def all_reduce(t: torch.Tensor, op: str = "sum") -> torch.Tensor:
     return x.to(t.device)
 
 
+def all_gather_objects(obj: Any) -> list[Any]:
+    """``[obj of rank 0, rank 1, ...]`` on every rank (picklable objects; ``[obj]`` in a world of one).
+
+    torch's ``all_gather_object`` moves its byte tensors to the current CUDA device under NCCL itself.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
 def init_distributed(timeout_minutes: float | None = None) -> DistInfo:
     """Initialise the process group once (gloo on CPU, nccl on GPU).
 

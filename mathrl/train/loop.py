@@ -40,7 +40,7 @@ from mathrl.algo import kl as kl_mod
 from mathrl.algo.losses import agg_loss, global_normalizers, policy_loss, value_loss
 from mathrl.config import Config, ConfigError, dump_yaml
 from mathrl.train import checkpoint as ckpt
-from mathrl.train.engines import (DistInfo, build_engine, build_inference_engine, copy_weights, device,
+from mathrl.train.engines import (DistInfo, all_gather_objects, build_engine, build_inference_engine, copy_weights, device,
                                   discard_gradients, ds_config, inference_ds_config, init_distributed,
                                   load_engine_checkpoint, resolve_dtype, zero3_init)
 from mathrl.train.forward import (agreed_plan, batch_logprobs, batch_values, make_micro_batch,
@@ -96,17 +96,23 @@ def stop_strings(cfg: Config) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*cfg.rollout.stop, *get_template(cfg.data.template).stop]))
 
 
-def evaluate(rollout, problems, cfg: Config, *, out_dir: Path | None = None) -> dict[str, float]:
+def evaluate(rollout, problems, cfg: Config, *, out_dir: Path | None = None,
+             dist: DistInfo | None = None) -> dict[str, float]:
     """Held-out evaluation with the evaluation stage's runner (:mod:`mathrl.eval.runner`): greedy
     accuracy, pass@k and maj@k over ``eval.n`` samples, plus the format metrics of the demo.
 
     ``greedy_boxed`` is the strict score: greedy answer correct *and* written in ``\\boxed{}``.
-    Per-sample records go to ``out_dir/heldout/samples.jsonl`` when ``out_dir`` is given.
+    Per-sample records go to ``out_dir/heldout/samples.jsonl`` when ``out_dir`` is given (pass it on
+    the main rank only). With ``dist`` of several ranks every rank generates and grades its share of
+    the chunks, the graded records are all-gathered and every rank returns the same metrics (no rank
+    waits in a collective while one rank evaluates everything).
     """
     from mathrl.eval.runner import EvalSettings, evaluate_benchmark
 
     settings = EvalSettings.from_config(cfg)
-    res = evaluate_benchmark(rollout, problems, settings, name="heldout", out_dir=out_dir, log=lambda _m: None)
+    part = (dist.rank, dist.world_size) if dist is not None else (0, 1)
+    res = evaluate_benchmark(rollout, problems, settings, name="heldout", out_dir=out_dir, log=lambda _m: None,
+                             part=part, gather=all_gather_objects)
     out = {k: float(v["value"]) for k, v in res.summary["metrics"].items()}
     samples = [s for r in res.records for s in r["samples"]]
     out["boxed_rate"] = sum("\\boxed" in s["text"] for s in samples) / len(samples)
@@ -325,8 +331,16 @@ def save_checkpoint(cfg: Config, dist: DistInfo, models: Models, state: State, *
         attempt(write_main)
     done = None
     if _all_ranks_ok(not error):
-        if dist.is_main:
-            done = attempt(lambda: ckpt.commit(tmp, state.step, cfg.train.keep_last))
+        # every rank fsyncs and hashes the files it wrote; rank 0 writes the manifest from them
+        own = attempt(lambda: ckpt.hash_own_files(tmp, dist.rank, dist.world_size))
+        parts = all_gather_objects(own)
+        if dist.is_main and not error:
+            missing = [r for r, part in enumerate(parts) if part is None]
+            if missing:
+                error.append(ckpt.CheckpointError(f"hashing the checkpoint files failed on rank(s) {missing}"))
+            else:
+                known = {rel: v for part in parts for rel, v in part.items()}
+                done = attempt(lambda: ckpt.commit(tmp, state.step, cfg.train.keep_last, known=known))
         if _all_ranks_ok(not error):
             tdist.barrier()
             return done
@@ -360,13 +374,13 @@ def load_checkpoint(folder: Path, models: Models, state: State) -> None:
     import torch.distributed as tdist
 
     refused: ckpt.CheckpointError | None = None
-    if not tdist.is_initialized() or tdist.get_rank() == 0:  # one rank reads and hashes the files
-        try:
-            ckpt.verify(folder)
-        except ckpt.CheckpointError as exc:
-            refused = exc
+    rank, world = (tdist.get_rank(), tdist.get_world_size()) if tdist.is_initialized() else (0, 1)
+    try:  # each rank hashes the files it owns (its ZeRO shards; rank 0 the rest)
+        ckpt.verify(folder, rank, world)
+    except ckpt.CheckpointError as exc:
+        refused = exc
     if not _all_ranks_ok(refused is None):
-        raise refused or ckpt.CheckpointError(f"{folder}: refused by rank 0 (its message names the file)")
+        raise refused or ckpt.CheckpointError(f"{folder}: refused by another rank (its message names the file)")
     load_engine_checkpoint(models.policy, str(folder / "ds_policy"), load_module_strict=True)
     if models.critic is not None:
         load_engine_checkpoint(models.critic, str(folder / "ds_critic"))
@@ -821,15 +835,16 @@ def run(cfg: Config, *, loss_sign: float = 1.0, reward_fn=None, problems=None) -
     custom_task = problems is not None
     problems = problems if custom_task else load_training_problems(cfg)
     eval_problems: list = []
-    if dist.is_main and not custom_task:
+    if not custom_task:
         from mathrl.eval.benchmarks import heldout_problems
 
-        eval_problems = heldout_problems(cfg)[1]
+        eval_problems = heldout_problems(cfg)[1]  # every rank evaluates its share (see evaluate)
     if eval_problems and cfg.rollout.tensor_parallel_size > 1:
-        # held-out evaluation runs on rank 0 alone, but a tensor-parallel engine needs every rank of its
-        # group in each generate call: rank 0 would wait forever for the others
-        print("mathrl: warning: held-out evaluation is off with rollout.tensor_parallel_size > 1 (it runs on rank 0 "
-              "only); evaluate the saved checkpoints with `mathrl eval`", file=sys.stderr, flush=True)
+        # the ranks of a tensor-parallel group must make the same number of generate calls, which the
+        # chunk split across ranks does not guarantee
+        if dist.is_main:
+            print("mathrl: warning: held-out evaluation is off with rollout.tensor_parallel_size > 1; evaluate the "
+                  "saved checkpoints with `mathrl eval`", file=sys.stderr, flush=True)
         eval_problems = []
     models = build_models(cfg, dist, cfg.train.steps)
     state = State()
@@ -839,8 +854,9 @@ def run(cfg: Config, *, loss_sign: float = 1.0, reward_fn=None, problems=None) -
         sync_weights(rollout, models.policy)
         before: dict = {}
         last_eval: tuple[int, dict] = (-1, {})
-        if dist.is_main and eval_problems and state.step == 0:
-            before = evaluate(rollout, eval_problems, cfg, out_dir=out / "eval" / "step_000000")
+        if eval_problems and state.step == 0:
+            before = evaluate(rollout, eval_problems, cfg, out_dir=_main_only(dist, out / "eval" / "step_000000"),
+                              dist=dist)
             logger.log(0, before, event="eval")
         while state.step < cfg.train.steps:
             metrics = train_step(cfg, dist, models, rollout, problems, state, loss_sign=loss_sign,
@@ -868,25 +884,29 @@ def run(cfg: Config, *, loss_sign: float = 1.0, reward_fn=None, problems=None) -
                                     "and data, then resume with --resume auto")
             if cfg.train.save_every and state.step % cfg.train.save_every == 0:
                 save_checkpoint(cfg, dist, models, state)
-            if dist.is_main and cfg.eval.every and state.step % cfg.eval.every == 0 and eval_problems:
-                last_eval = (state.step, evaluate(rollout, eval_problems, cfg,
-                                                  out_dir=out / "eval" / ckpt.step_dirname(state.step)))
+            if cfg.eval.every and state.step % cfg.eval.every == 0 and eval_problems:
+                last_eval = (state.step, evaluate(rollout, eval_problems, cfg, dist=dist, out_dir=_main_only(
+                    dist, out / "eval" / ckpt.step_dirname(state.step))))
                 logger.log(state.step, last_eval[1], event="eval")
         if not ckpt.list_checkpoints(out) or ckpt.list_checkpoints(out)[-1][0] != state.step:
             save_checkpoint(cfg, dist, models, state, final=True)
+        if last_eval[0] == state.step:  # the periodic evaluation of the last step is the final one
+            after = last_eval[1]
+        else:
+            after = evaluate(rollout, eval_problems, cfg, dist=dist, out_dir=_main_only(
+                dist, out / "eval" / ckpt.step_dirname(state.step))) if eval_problems else {}
+            if after:
+                logger.log(state.step, after, event="eval")
         if dist.is_main:
-            if last_eval[0] == state.step:  # the periodic evaluation of the last step is the final one
-                after = last_eval[1]
-            else:
-                after = evaluate(rollout, eval_problems, cfg, out_dir=out / "eval" / ckpt.step_dirname(state.step)) \
-                    if eval_problems else {}
-                if after:
-                    logger.log(state.step, after, event="eval")
             _report(out, before, after)
     finally:
         logger.close()
         rollout.close()
     return 0
+
+
+def _main_only(dist: DistInfo, path: Path) -> Path | None:
+    return path if dist.is_main else None
 
 
 def make_rollout(cfg: Config, models: Models):

@@ -1,0 +1,111 @@
+"""Rank-0-only work that outlasts the collective timeout (issue 15, item 7), with two gloo ranks:
+
+* held-out evaluation is split across the ranks by chunks and gathered: the report (metrics and every
+  per-sample record) is identical to one process's;
+* each rank hashes the checkpoint files it wrote (its ZeRO shards) on save and verifies them on resume;
+  rank 0 does not hash the other rank's shards; a tampered shard of rank 1 is refused on resume with the
+  file named.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mathrl.train import checkpoint as ckpt
+from mathrl.train.metrics import read_metrics
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+
+SCRIPT = Path(__file__).with_name("_dist_eval.py")
+
+
+def launch(model_dir: Path, out: Path, ws: int, steps: int, *extra: str, timeout: int = 400):
+    from mathrl.train.engines import _free_port
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ws), "--master_port",
+           str(_free_port()), str(SCRIPT), str(model_dir), str(out), str(steps), *extra]
+    proc = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        log, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        log, _ = proc.communicate()
+        pytest.fail(f"world size {ws}: no result after {timeout} s (ranks hang in a collective?)\n{log[-3000:]}")
+    return proc.returncode, log
+
+
+def _hashed(out: Path, rank: int) -> list[str]:
+    f = out / f"hashed_rank{rank}.txt"
+    return [Path(line).name for line in f.read_text().split()] if f.exists() else []
+
+
+def _eval_events(out: Path) -> list[dict]:
+    return [{k: v for k, v in m.items() if not k.startswith("time")} for m in read_metrics(out / "metrics.jsonl")
+            if m.get("event") == "eval"]
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_model_dir, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("dist_eval")
+    one, two = tmp / "ws1", tmp / "ws2"
+    for out, ws in ((one, 1), (two, 2)):
+        rc, log = launch(tiny_model_dir, out, ws, 1)
+        assert rc == 0, log[-4000:]
+    return one, two
+
+
+def test_split_evaluation_equals_one_process(runs):
+    one, two = runs
+    before = "eval/step_000000/heldout/samples.jsonl"
+    text = (one / before).read_text()
+    assert len(text.splitlines()) == 7  # every problem, in order (4 chunks: ranks 0, 1, 0, 1)
+    assert (two / before).read_text() == text
+    ev1, ev2 = _eval_events(one), _eval_events(two)
+    assert [e["step"] for e in ev2] == [0, 1] and ev2[0] == ev1[0]
+    assert "pass@2" in ev2[0] and "greedy" in ev2[0]
+    # both ranks did a share: chunks of 2 problems, rank 0 the 1st and 3rd, rank 1 the 2nd and 4th
+    shares = [(two / f"generated_rank{r}.txt").read_text().splitlines()[0].split() for r in (0, 1)]
+    assert [len(s) for s in shares] == [4, 3], shares
+    assert not set(shares[0]) & set(shares[1])
+
+
+def test_each_rank_hashes_its_own_shards(runs):
+    _, two = runs
+    (step, folder), = ckpt.list_checkpoints(two)
+    ckpt.verify(folder)  # the manifest built from both ranks' hashes is right for every file
+    shards = {r: sorted(p.name for p in folder.rglob(f"*zero_pp_rank_{r}_*")) for r in (0, 1)}
+    assert shards[0] and shards[1]
+    h0, h1 = _hashed(two, 0), _hashed(two, 1)
+    assert set(shards[1]) <= set(h1) and not set(shards[1]) & set(h0)
+    assert set(shards[0]) <= set(h0) and not set(shards[0]) & set(h1)
+    assert "model.safetensors" in h0 and "model.safetensors" not in h1
+
+
+def test_resume_verifies_on_each_rank_and_refuses_a_tampered_shard(runs, tiny_model_dir):
+    _, two = runs
+    for r in (0, 1):
+        (two / f"hashed_rank{r}.txt").unlink()
+    rc, log = launch(tiny_model_dir, two, 2, 2)
+    assert rc == 0, log[-4000:]
+    first = ckpt.list_checkpoints(two)[0][1]
+    assert "resumed from" in log
+    # on resume rank 1 verified its own shard of step 1's checkpoint
+    assert any("zero_pp_rank_1_" in n for n in _hashed(two, 1))
+    assert not any("zero_pp_rank_1_" in n for n in _hashed(two, 0))
+    # a flipped byte in rank 1's shard of the newest checkpoint: resume refused, the file named
+    last = ckpt.list_checkpoints(two)[-1][1]
+    assert last != first
+    shard = next(last.rglob("*zero_pp_rank_1_*"))
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    rc, log = launch(tiny_model_dir, two, 2, 3)
+    assert rc != 0
+    assert shard.name in log and "SHA-256" in log, log[-3000:]
