@@ -77,6 +77,20 @@ class ValueModel(nn.Module):
         config = AutoConfig.from_pretrained(str(path))
         lm = AutoModelForCausalLM.from_config(config).to(dtype)
         model = cls.from_causal_lm(lm)
-        model.backbone.load_state_dict(load_file(str(Path(path) / "backbone.safetensors")))
-        model.value_head.load_state_dict(load_file(str(Path(path) / HEAD_FILE)))
+        with _gathered(model):  # under ZeRO-3 init the backbone is sharded: load into the gathered weights
+            model.backbone.load_state_dict(load_file(str(Path(path) / "backbone.safetensors")))
+            model.value_head.load_state_dict(load_file(str(Path(path) / HEAD_FILE)))
         return model
+
+
+def _gathered(model: nn.Module):
+    """``deepspeed.zero.GatheredParameters`` over the model's ZeRO-3 shards (rank 0's values are kept and
+    re-partitioned on exit), or a no-op when nothing is sharded."""
+    import contextlib
+
+    params = [p for p in model.parameters() if hasattr(p, "ds_id")]
+    if not params:
+        return contextlib.nullcontext()
+    import deepspeed
+
+    return deepspeed.zero.GatheredParameters(params, modifier_rank=0)

@@ -245,7 +245,8 @@ def build_models(cfg: Config, dist: DistInfo, total_steps: int) -> Models:
     critic = None
     if cfg.advantage in adv_mod.NEEDS_CRITIC:
         cpath = resolve_model_path(cfg.model.critic_model, cfg.model.cache_dir) if cfg.model.critic_model else path
-        critic_module = ValueModel.from_pretrained(cpath, dtype=dtype)
+        with zero3_init(policy_ds):  # sharded like the policy under ZeRO-3
+            critic_module = ValueModel.from_pretrained(cpath, dtype=dtype)
         if cfg.model.disable_dropout:
             disable_dropout(critic_module)
         critic = build_engine(critic_module, lr=t.critic_lr, weight_decay=t.weight_decay, **common)

@@ -149,3 +149,38 @@ def test_zero3_loads_models_sharded(digit_model_dir, tmp_path):
     assert zero3_init.taken - before == 2  # policy and reference
     plain = AutoModelForCausalLM.from_pretrained(str(digit_model_dir))
     assert not any(hasattr(p, "ds_id") for p in plain.parameters())
+
+
+@pytest.mark.slow
+def test_zero3_loads_the_critic_sharded(digit_model_dir, tmp_path):
+    """The PPO critic is built inside deepspeed.zero.Init under ZeRO-3 too: right after loading, its
+    backbone weights are ZeRO-3 shards (no full copy), for both a causal-LM folder and a saved critic
+    (whose files are loaded into the gathered shards). Outside ZeRO-3 the same load gives whole tensors."""
+    from mathrl.models.value_head import ValueModel
+    from mathrl.train.engines import ds_config, init_distributed, zero3_init
+
+    init_distributed()
+    plain = ValueModel.from_pretrained(digit_model_dir)
+    assert not any(hasattr(p, "ds_id") for p in plain.parameters())
+    torch.manual_seed(1)
+    with torch.no_grad():
+        plain.value_head.weight.normal_()
+    plain.save_pretrained(tmp_path / "critic")
+    cfg = ds_config(3, "none", micro_batch=1, world_size=1, grad_clip=1.0, dtype=torch.float32)
+    for src in (digit_model_dir, tmp_path / "critic"):
+        with zero3_init(cfg):
+            sharded = ValueModel.from_pretrained(src)
+        back = [p for n, p in sharded.named_parameters() if n.startswith("backbone.")]
+        assert back and all(hasattr(p, "ds_id") and p.numel() == 0 for p in back), src  # partitioned at load
+    import deepspeed
+
+    with deepspeed.zero.GatheredParameters(list(sharded.parameters())):  # the saved critic's values
+        got = {n: p.detach().clone() for n, p in sharded.named_parameters()}
+    for n, p in plain.named_parameters():
+        torch.testing.assert_close(got[n], p.detach(), rtol=0, atol=0, msg=n)
+    # and a PPO run under ZeRO-3 goes through the sharded path for policy, reference and critic
+    before = zero3_init.taken
+    run_cfg = _digit_cfg(digit_model_dir, tmp_path / "ppo", "deepspeed.zero_stage=3", "train.steps=1",
+                         "algo.name=ppo", "rollout.n=2", "train.mini_batch_size=2")
+    assert run(run_cfg, problems=digit_problems(), reward_fn=first_digit_reward) == 0
+    assert zero3_init.taken - before == 3
