@@ -58,7 +58,7 @@ def cmd_train(argv: list[str]) -> int:
         print(dump_yaml(cfg), end="")
         return 0
     try:
-        from mathrl.train import run as train_run  # the RL loop (issue 6)
+        from mathrl.train import run as train_run  # the RL loop
     except ImportError:
         raise UserError("the training loop is not part of this version of mathrl yet; "
                         "`mathrl train --print-config` validates a recipe, `mathrl eval` evaluates a model") \

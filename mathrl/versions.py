@@ -24,7 +24,7 @@ from importlib import metadata
 MINIMUM: dict[str, str] = {"deepspeed": "0.19.4", "transformers": "4.56", "torch": "2.5"}
 
 
-def _parse(v: str) -> tuple[int, ...]:
+def parse_version(v: str) -> tuple[int, ...]:
     """'2.13.0+cpu' -> (2, 13, 0); pre-release and local parts are ignored."""
     return tuple(int(x) for x in re.findall(r"\d+", v.split("+")[0])[:3])
 
@@ -39,6 +39,6 @@ def check_versions(packages: dict[str, str] | None = None) -> None:
         except metadata.PackageNotFoundError:
             raise ConfigError(f"{name} is not installed; mathrl needs {name}>={floor}: "
                               f"pip install '{name}>={floor}'") from None
-        if _parse(have) < _parse(floor):
+        if parse_version(have) < parse_version(floor):
             raise ConfigError(f"{name} {have} is installed but mathrl needs {name}>={floor} (see mathrl/versions.py "
                               f"for why); fix: pip install -U '{name}>={floor}'")

@@ -41,7 +41,7 @@ def _probe_study(path: str, steps: int, eval_limit: int, out: str | None):
 
 
 def estimate(full, probe, full_cfgs, eval_limit: int) -> tuple[list[dict], float]:
-    from mathrl.ablate.driver import DONE
+    from mathrl.ablate.study import DONE
     from mathrl.train.metrics import read_metrics
 
     rows, total = [], 0.0

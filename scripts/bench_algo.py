@@ -3,9 +3,9 @@
 
 Compares, on CPU, for logits of shape [N, T, V] (default 16 x 512 x 49152, float32):
 
-* ``logprobs``: ``mathrl.algo.losses.logprobs_from_logits`` vs
+* ``logprobs``: ``mathrl.algo.logprobs.logprobs_from_logits`` vs
   ``torch.log_softmax(logits, -1).gather(-1, ids)``;
-* ``entropy``: ``mathrl.algo.losses.entropy_from_logits`` vs
+* ``entropy``: ``mathrl.algo.logprobs.entropy_from_logits`` vs
   ``-(softmax(logits) * log_softmax(logits)).sum(-1)``;
 
 each forward only (``torch.no_grad``) and forward + backward (the trainer backpropagates
@@ -56,7 +56,7 @@ def _worker(args: argparse.Namespace) -> None:
     import torch
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    from mathrl.algo.losses import (
+    from mathrl.algo.logprobs import (
         entropy_from_logits,
         logprobs_and_entropy_from_logits,
         logprobs_from_logits,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""GPU benchmark (issue 9): GRPO update tokens/s and MFU, and generation tokens/s, on one GPU.
+"""GPU benchmark: GRPO update tokens/s and MFU, and generation tokens/s, on one GPU.
 
 Model: a randomly initialised Qwen2.5-0.5B-shaped causal LM (24 layers, width 896, 14 query / 2
 key-value heads, MLP 4864, vocabulary 151,936, tied embeddings) in bfloat16. Nothing is
@@ -32,7 +32,7 @@ is a small pure-Python wheel; build it here and carry it along::
 (The device tool copies untracked files along; if ``wheels/`` is git-ignored, name it in its
 ``carry``.) ``bash scripts/gpu_wheelhouse.sh`` builds all of these (and math-verify) into
 ``gpu_wheels/``, and ``bash scripts/gpu_check.sh`` installs them and runs this benchmark as part of
-the GPU check (issue 15). Without DeepSpeed the
+the GPU check (scripts/gpu_check.sh). Without DeepSpeed the
 script falls back to plain ``torch.optim.AdamW`` (fused) on bf16 parameters and says so; the
 update then has no fp32 master weights, so its time is a lower bound of ZeRO-2's.
 """

@@ -162,7 +162,8 @@ def run_math_verify(cases, boxed_gold: bool):
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"), help="folder with gsm8k/ and math500/")
+    ap.add_argument("--data", default=os.environ.get("MATHRL_DATA") or str(ROOT.parent / "shared" / "data"),
+                    help="folder with gsm8k/ and math500/ (default: $MATHRL_DATA, else ../shared/data)")
     ap.add_argument("--cases", default=str(ROOT / "tests" / "reward" / "cases.jsonl"))
     ap.add_argument("--quick", action="store_true", help="100 GSM8K and 100 MATH-500 rows only")
     ap.add_argument("--workers", type=int, default=None, help="mathrl pool size (default: CPUs, max 16)")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""mathrl vs TRL's GRPOTrainer, side by side, on the same work (issue 9).
+"""mathrl vs TRL's GRPOTrainer, side by side, on the same work.
 
 Same model (the embedded SmolLM2-135M-Instruct, float32), same prompts (GSM8K train problems from
 ``../shared/data`` loaded with :func:`mathrl.data.load_problems`, rendered with the same chat
@@ -47,7 +47,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "gsm8k" / "train.jsonl"
+DEFAULT_DATA = Path(os.environ.get("MATHRL_DATA") or REPO.parent / "shared" / "data") / "gsm8k" / "train.jsonl"
 MARK = "@@BENCH@@ "
 
 SIZES = {  # prompts B, samples per prompt G, max new tokens T
@@ -163,7 +163,7 @@ def _setup_threads(n: int) -> None:
 
 
 def _step_problems(problems, step: int, batch: int, seed: int):
-    from mathrl.train.loop import step_indices
+    from mathrl.data.splits import step_indices
 
     return [problems[i] for i in step_indices(len(problems), step, batch, seed)]
 
@@ -193,8 +193,11 @@ def worker_mathrl(spec: dict, backend: str) -> None:
     _setup_threads(spec["threads"])
     t0 = time.perf_counter()
     from mathrl.config import load_config
-    from mathrl.train.loop import (State, build_models, load_training_problems, make_rollout, prepare_run,
-                                   sync_weights, train_step)
+    from mathrl.data.splits import load_training_problems
+    from mathrl.train.checkpoint import State
+    from mathrl.train.loop import train_step
+    from mathrl.train.models import build_models, make_rollout, sync_weights
+    from mathrl.train.setup import prepare_run
 
     cfg = load_config(None, mathrl_overrides(spec, backend))
     dist, _out = prepare_run(cfg)
@@ -532,6 +535,8 @@ class Worker:
     """One system in its own process; line protocol: driver writes 'step'/'quit', worker answers JSON."""
 
     def __init__(self, kind: str, spec: dict, log_dir: Path, threads: int) -> None:
+        from mathrl.procs import without_dist_env
+
         self.kind = kind
         self.log_path = log_dir / f"{kind}.log"
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
@@ -540,8 +545,7 @@ class Worker:
         env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         # each worker is a world of one: a process group of the caller (RANK, MASTER_PORT in the
         # environment, e.g. a test session or a launcher) must not leak into it
-        for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-            env.pop(key, None)
+        env = without_dist_env(env)
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker", kind,
                                       "--spec", json.dumps(spec)], stdin=subprocess.PIPE,
@@ -695,7 +699,7 @@ def main(argv=None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(REPO))
     if args.model == "tiny":
-        from mathrl.models.tiny import save_tiny_model
+        from mathrl.testing.tiny import save_tiny_model
 
         model_path = str(save_tiny_model(workdir / "tiny_model"))
     else:

@@ -1,4 +1,4 @@
-"""Measure a model's pass@k on each synthetic level, to choose the default level (issue 2).
+"""Measure a model's pass@k on each synthetic level, to choose the default level.
 
 RL needs a signal: the default level is one where pass@8 is neither near 0 nor
 near 1. Prints one row per level: greedy accuracy (and greedy correct inside
@@ -34,7 +34,7 @@ def main() -> None:
     from mathrl.config import load_config
     from mathrl.models import load_tokenizer, resolve_model_path
     from mathrl.rollout import make_engine
-    from mathrl.train.loop import evaluate
+    from mathrl.train.report import evaluate
 
     path = resolve_model_path(args.model)
     tok = load_tokenizer(path)

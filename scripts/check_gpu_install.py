@@ -120,10 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     problems = [f"{n}: pinned {v} but pip resolved {resolved.get(n)}" for n, v in want.items()
                 if resolved.get(n) != v]
     sys.path.insert(0, str(ROOT))
-    from mathrl.versions import MINIMUM, _parse
+    from mathrl.versions import MINIMUM, parse_version
 
     problems += [f"{n} {resolved[n]} is older than mathrl needs ({n}>={floor}, mathrl/versions.py)"
-                 for n, floor in MINIMUM.items() if n in resolved and _parse(resolved[n]) < _parse(floor)]
+                 for n, floor in MINIMUM.items() if n in resolved and parse_version(resolved[n]) < parse_version(floor)]
     print(f"GPU install (pip install -e '.[gpu]'), resolved for CPython {args.python_version}, "
           f"glibc {args.glibc}, x86_64: {len(resolved)} packages")
     print("| package | version |\n|---|---|")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Write docs/errors.md: each bad input of issue 10, the message mathrl prints for it (verbatim), and the fix.
+"""Write docs/errors.md: each bad input mathrl checks before a run, the message mathrl prints for it (verbatim), and the fix.
 
 Every case builds its bad input in a scratch folder (a tiny model with SmolLM2's
 tokenizer, small GSM8K-style files, a DeepSpeed JSON) and runs the checks that
@@ -142,7 +142,7 @@ CASES: list[Case] = [
 def make_models(tmp: Path) -> None:
     """``tmp/models/tiny`` (tiny random Llama, SmolLM2's tokenizer, 1024-token context) and
     ``tmp/models/base``: the same with the chat template removed, as a base model ships."""
-    from mathrl.models.tiny import save_tiny_model
+    from mathrl.testing.tiny import save_tiny_model
 
     tiny = save_tiny_model(tmp / "models" / "tiny", seed=0)
     base = tmp / "models" / "base"

@@ -1,16 +1,16 @@
 #!/usr/bin/env python
-"""Fuzz the verifier and the reward path with generated hostile model outputs (issue 10).
+"""Fuzz the verifier and the reward path with generated hostile model outputs.
 
-Runs N cases (default 100,000) from :mod:`mathrl.reward.hostile` through the real
+Runs N cases (default 100,000) from :mod:`mathrl.testing.hostile` through the real
 :func:`mathrl.reward.grade_batch` (the shared worker pool, real SIGKILL timeouts) and
 :func:`mathrl.reward.compute_rewards`, in chunks, and checks after every chunk:
 
-* every result is a ``Grade`` with a valid reason; no exception escapes;
-* a case whose gold is unrelated to the response (``HostileCase.unrelated``) is never correct;
-* every reward is a finite float;
-* no case took longer than ``timeout`` + ``--slack-s`` (worker pool) or ``--parent-max-s``
-  (the in-process fast path, which has no timeout of its own), and a chunk's wall time stays
-  within (cases / workers) * timeout + ``--slack-s``;
+* no exception escapes; every case passes :func:`mathrl.testing.fuzz.case_violations` (the same
+  per-case invariants as ``tests/reward/test_hostile_outputs.py``): a valid ``Grade``, never
+  correct against an unrelated gold (``HostileCase.unrelated``) nor with a reason other than
+  ``ok``, a finite float reward, and no case longer than the sum of ``timeout``, ``--slack-s``
+  (worker pool) and ``--parent-max-s`` (the in-process fast path has no timeout of its own);
+* a chunk's wall time stays within (cases / workers) * timeout + ``--slack-s``;
 * peak resident memory of this process and of every worker (sampled from /proc every 0.2 s)
   stays under ``--parent-rss-mb`` / ``--worker-rss-mb``;
 * after ``shutdown_pool()`` no worker process is left.
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import threading
@@ -37,26 +36,16 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mathrl.reward import REASONS, Grade, compute_rewards, grade_batch, shutdown_pool  # noqa: E402
-from mathrl.reward.hostile import REALISTIC, generate, named_cases  # noqa: E402
+from mathrl.reward import REASONS, compute_rewards, grade_batch, shutdown_pool  # noqa: E402
+from mathrl.testing.fuzz import case_violations, valid_grade  # noqa: E402
+from mathrl.testing.hostile import REALISTIC, generate, named_cases  # noqa: E402
 from mathrl.reward.pool import get_pool  # noqa: E402
+from mathrl.procs import child_pids, cmdline, status_kb  # noqa: E402
 
 REWARD_TERMS = {"correctness": {}, "format": {"bonus": 0.1}, "length": {"max_length": 4096}}
 
 
 # ----------------------------------------------------------------------------- /proc helpers
-
-def proc_kb(pid: int | str, key: str) -> int:
-    """A ``/proc/<pid>/status`` field in kB (VmRSS, VmHWM, ...); 0 when the process is gone."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
-
 
 def worker_pids() -> list[int]:
     """Pids of the shared pool's current workers."""
@@ -66,25 +55,7 @@ def worker_pids() -> list[int]:
 
 def leftover_workers() -> list[int]:
     """Live (non-zombie) child processes of this process that run the grading worker."""
-    me = os.getpid()
-    out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                stat = f.read()
-            fields = stat[stat.rindex(")") + 2 :].split()
-            state, ppid = fields[0], int(fields[1])
-            if ppid != me or state == "Z":
-                continue
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                cmd = f.read()
-            if b"mathrl.reward._worker" in cmd:
-                out.append(int(d))
-        except (OSError, ValueError):
-            continue
-    return out
+    return [p for p in child_pids() if b"mathrl.reward._worker" in cmdline(p)]
 
 
 class RssSampler(threading.Thread):
@@ -106,11 +77,11 @@ class RssSampler(threading.Thread):
             self.pids.update(pids)
 
     def sample(self) -> None:
-        self.parent_peak_kb = max(self.parent_peak_kb, proc_kb("self", "VmRSS"))
+        self.parent_peak_kb = max(self.parent_peak_kb, status_kb("self", "VmRSS"))
         with self.pids_lock:
             pids = list(self._watch)
         for pid in pids:
-            self.worker_peak_kb = max(self.worker_peak_kb, proc_kb(pid, "VmRSS"), proc_kb(pid, "VmHWM"))
+            self.worker_peak_kb = max(self.worker_peak_kb, status_kb(pid, "VmRSS"), status_kb(pid, "VmHWM"))
 
     def run(self) -> None:
         while not self._stop.is_set():
@@ -245,20 +216,12 @@ def main(argv: list[str] | None = None) -> int:
             cat["n"] += 1
             cat["time"] += d
             cat["max"] = max(cat["max"], d)
-            if not isinstance(g, Grade) or g.reason not in REASONS or not isinstance(g.correct, bool) \
-                    or not (g.extracted is None or isinstance(g.extracted, str)):
-                fail(f"{c.category}: invalid grade {g!r} for {short(c.response)}")
+            for msg in case_violations(c, g, r, d, max_duration=args.timeout + args.slack_s + args.parent_max_s):
+                fail(msg)
+            if not valid_grade(g):
                 continue
             cat[g.reason] += 1
             reasons_total[g.reason] += 1
-            if g.correct and c.unrelated:
-                fail(f"{c.category}: graded correct against unrelated gold {c.gold!r}: {short(c.response, 200)}")
-            if g.reason == "timeout" and g.correct:
-                fail(f"{c.category}: timeout graded correct")
-            if not (isinstance(r, float) and math.isfinite(r)):
-                fail(f"{c.category}: reward {r!r} is not a finite float")
-            if d > args.timeout + args.slack_s + args.parent_max_s:
-                fail(f"{c.category}: {d:.2f} s > timeout {args.timeout} + slack: {short(c.response)}")
             if d > slowest[0]:
                 slowest = (d, c.category, short(c.response), g.reason)
             if len(top) < 10 or d > top[-1][0]:
@@ -283,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     seen = set(sampler.pids)
     shutdown_pool()
     time.sleep(0.2)
-    alive = [p for p in seen if proc_kb(p, "VmRSS") and p in leftover_workers()]
+    alive = [p for p in seen if status_kb(p, "VmRSS") and p in leftover_workers()]
     left = leftover_workers()
     if alive or left:
         fail(f"worker processes left after shutdown_pool(): {sorted(set(alive) | set(left))}")
@@ -291,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # ------------------------------------------------------------------ report
     print()
-    print("## Verifier fuzz (issue 10: hostile model output)")
+    print("## Verifier fuzz (hostile model output)")
     print()
     print(f"seed {args.seed}, workers {args.workers}, timeout {args.timeout} s, chunk {args.chunk}, "
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, cpus {os.cpu_count()}")

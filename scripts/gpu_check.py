@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""GPU check (issue 15): everything a lent GPU should confirm, in one run of a few minutes.
+"""GPU check: everything a lent GPU should confirm, in one run of a few minutes.
 
 On one GPU (``--device cuda``, the default; run through ``bash scripts/gpu_check.sh``, which first
 installs the wheelhouse that ``scripts/gpu_wheelhouse.sh`` built):
@@ -44,6 +44,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # mathrl from this working tree (not installed on the GPU machine)
     sys.path.insert(0, str(REPO))
+from mathrl.procs import DIST_ENV_VARS, without_dist_env  # noqa: E402  (stdlib only)
 
 #: import name -> pip distribution (what the wheelhouse carries when the image lacks it)
 NEEDED = {
@@ -373,8 +374,7 @@ def bench(device: str, work: Path, timeout: float) -> dict:
     t0 = time.perf_counter()
     try:
         # not this process's world-of-one rendezvous (init_distributed put RANK, MASTER_PORT... in os.environ)
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+        env = without_dist_env()
         proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=max(timeout, 30))
         tail = (proc.stdout + proc.stderr)[-3000:]
         rc = proc.returncode
@@ -469,7 +469,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     t_start = time.perf_counter()
     cpu = args.device == "cpu"
-    for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+    for k in DIST_ENV_VARS:
         os.environ.pop(k, None)  # a world of one with a fresh rendezvous port (mathrl's init_distributed)
     if cpu:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
@@ -486,9 +486,9 @@ def main(argv=None) -> int:
     try:
         import matplotlib  # noqa: F401  (mathrl.train.run plots the reward curve at the end)
     except ImportError:
-        import mathrl.train.loop as loop
+        import mathrl.train.report as report
 
-        loop.plot_rewards = lambda history, path: None
+        report.plot_rewards = lambda history, path: None
         print("gpu_check: matplotlib is not installed; the reward-curve plot is skipped", flush=True)
         found["matplotlib"] = "absent (plot skipped)"
     import torch

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check of issue 15, in one command (under 8 minutes on one H200):
+# The GPU check, in one command (under 8 minutes on one H200):
 #
 #   bash scripts/gpu_check.sh                      # on the GPU machine, repo root; device tool: carry gpu_wheels
 #   bash scripts/gpu_check.sh --device cpu --out-dir /tmp/gc    # the same path on CPU, tiny shapes (CI)

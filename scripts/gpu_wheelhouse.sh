@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the wheelhouse that scripts/gpu_check.sh installs on a lent GPU machine (issue 15).
+# Build the wheelhouse that scripts/gpu_check.sh installs on a GPU machine without network access.
 #
 # That machine has torch, transformers, accelerate, peft and sympy but no DeepSpeed, no math-verify
 # and no network, and at most 64 MiB travel with the working tree. This script (run where PyPI is

@@ -36,7 +36,8 @@ import torch  # noqa: E402
 torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
+# the public benchmark files: $MATHRL_DATA, else ../shared/data beside the clone (where CI keeps them)
+SHARED_DATA = Path(os.environ["MATHRL_DATA"]) if os.environ.get("MATHRL_DATA") else REPO.parent / "shared" / "data"
 
 #: the switch of .ci/run: with it a missing resource is a test failure, not a skip
 REQUIRE_ALL_VAR = "MATHRL_REQUIRE_ALL"
@@ -148,6 +149,6 @@ def tokenizer(embedded_model_path):
 @pytest.fixture()
 def tiny_model(tokenizer):
     """A 2-layer random Llama over SmolLM2's vocabulary: fast forward passes for unit tests."""
-    from mathrl.models.tiny import build_tiny_model
+    from mathrl.testing.tiny import build_tiny_model
 
     return build_tiny_model(tokenizer, seed=0)

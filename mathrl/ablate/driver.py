@@ -36,14 +36,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mathrl.ablate.methods import Task, run_method
-from mathrl.ablate.study import RunSpec, Study, base_config, load_study, run_config
+from mathrl.ablate.study import DONE, TRAINED, RunSpec, Study, base_config, load_study, run_config
 from mathrl.config import Config
-from mathrl.eval.cli import powers_up_to
+from mathrl.eval.evaluate import powers_up_to
+from mathrl.procs import without_dist_env
 
 __all__ = ["run_study", "print_commands", "eval_settings", "DONE", "TRAINED"]
 
-DONE = "DONE.json"
-TRAINED = "trained.json"
 Log = Callable[[str], None]
 
 
@@ -73,7 +72,7 @@ def _write_json(path: Path, obj: Any) -> None:
 
 def eval_settings(cfg: Config):
     """The evaluation settings of a run: the config's, with K = powers of two up to eval.n (plus eval.k)."""
-    from mathrl.eval.cli import settings_from_config
+    from mathrl.eval.evaluate import settings_from_config
 
     s = settings_from_config(cfg)
     ks = tuple(sorted(set(powers_up_to(cfg.eval.n)) | set(cfg.eval.k)))
@@ -83,7 +82,7 @@ def eval_settings(cfg: Config):
 def _eval_problems(cfg: Config, task: Task) -> tuple[str, list]:
     if task.eval_problems is not None:
         return task.eval_name, list(task.eval_problems)
-    from mathrl.eval.benchmarks import heldout_problems
+    from mathrl.data.splits import heldout_problems
 
     return heldout_problems(cfg)
 
@@ -99,7 +98,7 @@ def baseline_key(cfg: Config, eval_name: str, problems: list) -> str:
 def evaluate_at(cfg: Config, model_spec: str, out_dir: Path, task: Task, *, log: Log = _log,
                 extra: dict | None = None) -> dict:
     """Evaluate ``model_spec`` on the run's held-out set; write ``summary.json`` and ``report.md``."""
-    from mathrl.eval.cli import make_eval_engine
+    from mathrl.eval.evaluate import make_eval_engine
     from mathrl.eval.report import markdown_report, write_summary
     from mathrl.eval.runner import evaluate_benchmark
 
@@ -327,8 +326,7 @@ def _run_in_worker(study: Study, run: RunSpec, log: Log) -> None:
     log(f"[ablate] {run.name}: worker process: {' '.join(shlex.quote(c) for c in cmd)}")
     # a world of one: the worker builds its own process group (a parent's RANK / MASTER_PORT would
     # point it at this process's rendezvous)
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env = without_dist_env()
     rc = subprocess.run(cmd, env={**env, CHILD_ENV: "1"}).returncode
     if rc != 0:
         raise AblationError(f"run {run.name!r} of {study.path} failed (exit status {rc}); finished runs are kept: "

@@ -7,9 +7,10 @@
 * ``online_rft`` -- the same, but step ``s`` samples from the *current* policy.
 * ``grpo`` / ``ppo`` -- :func:`mathrl.train.loop.run`.
 
-All four use the trainer's pieces: :func:`~mathrl.train.loop.build_models` (the DeepSpeed engine),
-:func:`~mathrl.train.loop.make_rollout`, the prompt templates, the verifier, the data order
-(:func:`~mathrl.train.loop.step_indices`), the sampling seeds, ``metrics.jsonl`` and the
+All four use the trainer's pieces: :func:`~mathrl.train.models.build_models` (the DeepSpeed engine),
+:func:`~mathrl.train.models.make_rollout`, and steps 1-3 of the RL step,
+:func:`~mathrl.train.sampling.sample_and_grade` (the data order, prompts, sampling seeds and the
+verifier), ``metrics.jsonl`` and the
 checkpoint layout, so only the update rule differs. RFT's update is one SFT step
 (:func:`mathrl.train.sft.sft_train_step`) with the configured learning rate and no KL term.
 """
@@ -52,32 +53,11 @@ def sample_and_filter(cfg: Config, dist, models, rollout, problems: list, step: 
     :func:`mathrl.train.loop.train_step`. Returns the kept rows' tensors (``prompt_ids``,
     ``prompt_mask``, ``response_ids``, ``response_mask``) and step statistics.
     """
-    from mathrl.data import render_prompt
-    from mathrl.reward import grade_batch
-    from mathrl.rollout import SamplingConfig
-    from mathrl.train.loop import _sampling_seed, step_indices, stop_strings
+    from mathrl.train.sampling import sample_and_grade
     from mathrl.train.sft import rft_filter
 
-    t, r = cfg.train, cfg.rollout
-    per_rank = t.batch_size // dist.world_size
-    idx = step_indices(len(problems), step, t.batch_size, t.seed)[dist.rank * per_rank:(dist.rank + 1) * per_rank]
-    batch_problems = [problems[i] for i in idx]
-    prompts = [render_prompt(p, models.tokenizer, cfg.data.template) for p in batch_problems]
-    t0 = time.perf_counter()
-    sampling = SamplingConfig(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_tokens=r.max_tokens,
-                              stop=stop_strings(cfg), seed=_sampling_seed(cfg, step, dist.rank))
-    batch = rollout.generate(prompts, r.n, sampling)
-    t_gen = time.perf_counter() - t0
-    truncated = [f == "length" for f in batch.finish_reason]
-    golds = [p.gold for p in batch_problems for _ in range(r.n)]
-    t0 = time.perf_counter()
-    if reward_fn is None:
-        grades = grade_batch(batch.response_text, golds, timeout=cfg.reward.timeout, workers=cfg.reward.workers,
-                             truncated=truncated)
-        correct = [g.correct for g in grades]
-    else:
-        correct = [float(x) > 0 for x in reward_fn(batch.response_text, golds, truncated)]
-    t_grade = time.perf_counter() - t0
+    s = sample_and_grade(cfg, dist, models.tokenizer, rollout, problems, step, reward_fn=reward_fn)
+    batch, correct, truncated, batch_problems = s.batch, s.correct, s.truncated, s.problems
     kept = rft_filter(batch.group_index.tolist(), batch.response_text, correct, dedup=dedup,
                       max_per_problem=max_per_problem)
     rows = torch.tensor(kept, dtype=torch.long)
@@ -96,8 +76,7 @@ def sample_and_filter(cfg: Config, dist, models, rollout, problems: list, step: 
         "response/length_mean": float(lengths.mean()),
         "response/truncated": sum(truncated) / len(truncated),
         "tokens": float(mask.sum()),
-        "time/generate": t_gen,
-        "time/grade": t_grade,
+        **{f"time/{k}": v for k, v in s.times.items()},
     }
     return data, stats
 
@@ -151,8 +130,10 @@ def run_sft_method(cfg: Config, *, online: bool, dedup: bool = True, max_per_pro
     """
     from mathrl.train import checkpoint as ckpt
     from mathrl.train.engines import device
-    from mathrl.train.loop import (State, TrainingError, build_models, load_training_problems, make_rollout,
-                                   prepare_run, resume_and_log, save_checkpoint, sync_weights)
+    from mathrl.data.splits import load_training_problems
+    from mathrl.train.checkpoint import State, TrainingError, save_checkpoint
+    from mathrl.train.models import build_models, make_rollout, sync_weights
+    from mathrl.train.setup import prepare_run, resume_and_log
     from mathrl.train.sft import sft_train_step
 
     dist, out = prepare_run(cfg)
@@ -227,7 +208,8 @@ def run_method(method: str, cfg: Config, *, rft_opts: dict | None = None, task=N
     The training problems are passed to the trainer explicitly, so :func:`mathrl.train.loop.run`
     skips its own before/after evaluation: the study evaluates every method the same way afterwards.
     """
-    from mathrl.train.loop import load_training_problems, run
+    from mathrl.data.splits import load_training_problems
+    from mathrl.train.loop import run
 
     task = task or Task()
     problems = task.train_problems if task.train_problems is not None else load_training_problems(cfg)

@@ -35,7 +35,7 @@ def _ks(values: dict, kind: str) -> list[int]:
 
 def collect(study) -> dict:
     """Everything the report shows: DONE records of the complete runs, names of the pending ones."""
-    from mathrl.ablate.driver import DONE
+    from mathrl.ablate.study import DONE
     from mathrl.train.metrics import read_metrics
 
     runs, pending = [], []
@@ -100,9 +100,9 @@ def _notes(data: dict) -> list[str]:
 
 
 def plot_accuracy_curves(data: dict, path: Path) -> Path:
-    from mathrl.eval.report import _plt
+    from mathrl.eval.report import pyplot
 
-    plt = _plt()
+    plt = pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     for i, r in enumerate(data["runs"]):
         color = f"C{i % 10}"
@@ -134,9 +134,9 @@ def plot_accuracy_curves(data: dict, path: Path) -> Path:
 
 def plot_maj_pass(data: dict, path: Path) -> Path:
     """Maj@K (left) and Pass@K (right) vs K: the initial model (black, dashed) and each run after training."""
-    from mathrl.eval.report import _plt
+    from mathrl.eval.report import pyplot
 
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     baselines: dict[str, dict] = {}
     for r in data["runs"]:

@@ -35,9 +35,10 @@ from typing import Any
 
 import yaml
 
-from mathrl.config import Config, ConfigError, _flatten_yaml, set_value, validate
+from mathrl.config import Config, ConfigError, set_value, validate
+from mathrl.config.loader import flatten_yaml
 
-__all__ = ["METHODS", "VARIANTS", "RunSpec", "Study", "dump_study", "load_study", "run_config"]
+__all__ = ["DONE", "TRAINED", "METHODS", "VARIANTS", "RunSpec", "Study", "dump_study", "load_study", "run_config"]
 
 METHODS: dict[str, dict[str, Any]] = {
     # sample once from the initial policy, keep the correct responses, SFT on them
@@ -50,6 +51,10 @@ METHODS: dict[str, dict[str, Any]] = {
 """Method name -> the config presets it implies (the RFT methods train without a KL term)."""
 
 SFT_METHODS = ("rft", "online_rft")
+
+# the files that mark a run of a study as done (written last) and as trained (evaluation pending)
+DONE = "DONE.json"
+TRAINED = "trained.json"
 
 VARIANTS: dict[str, dict[str, Any]] = {
     # Dr. GRPO (Liu et al. 2025): no std normalisation, constant length normaliser
@@ -285,7 +290,7 @@ def base_config(study: Study) -> Config:
     """The study's base config (defaults <- study.base recipe <- base)."""
     cfg = Config()
     if study.base_recipe is not None:
-        for key, value, line in _flatten_yaml(study.base_recipe):
+        for key, value, line in flatten_yaml(study.base_recipe):
             set_value(cfg, key, value, origin=f"{study.base_recipe}:{line}")
     for key, value, origin in study.base:
         set_value(cfg, key, value, origin=origin)

@@ -6,15 +6,16 @@
 - :mod:`mathrl.algo.kl`: ``estimate(logp, ref_logp, kind)`` for ``k1``/``k2``/``k3``
   (registry ``KL_ESTIMATORS``).
 - :mod:`mathrl.algo.losses`: ``policy_loss``, ``value_loss``, ``agg_loss`` (registry
-  ``LOSS_AGG_MODES``), ``global_normalizers``, ``logprobs_from_logits``,
-  ``entropy_from_logits``.
+  ``LOSS_AGG_MODES``), ``global_normalizers``.
+- :mod:`mathrl.algo.logprobs`: the chunked, memory-lean kernel ``logprobs_from_logits``,
+  ``entropy_from_logits``, ``logprobs_and_entropy_from_logits``.
 
 No model, engine or config object enters these functions; configs pick them by name.
 """
 
 from __future__ import annotations
 
-from mathrl.algo import advantages, kl, losses
+from mathrl.algo import advantages, kl, logprobs, losses
 from mathrl.algo.advantages import ADVANTAGE_ESTIMATORS, get_advantage_estimator
 from mathrl.algo.kl import KL_ESTIMATORS
 from mathrl.algo.losses import LOSS_AGG_MODES
@@ -26,5 +27,6 @@ __all__ = [
     "advantages",
     "get_advantage_estimator",
     "kl",
+    "logprobs",
     "losses",
 ]

@@ -8,7 +8,9 @@ float or bool ``[N, T]`` tensor marking real response tokens; ``group_index`` is
 Padding contract: values at positions where ``mask`` is 0 never change any output.
 Token-level outputs are exactly 0 at padding positions.
 
-Estimators (``ADVANTAGE_ESTIMATORS`` maps the config name to the function):
+Estimators (registered with :func:`register_estimator`; :data:`ESTIMATORS` maps the config name to
+its :class:`EstimatorSpec`, and config validation, ``mathrl train --help`` and the trainer read it, so
+adding an estimator means adding one decorated function here):
 
 =============  ===========  ==========================================================
 name           level        source
@@ -24,16 +26,26 @@ Sequence-level estimators take ``(scores[N], group_index[N])`` and return ``[N]`
 turn them into per-token advantages with :func:`broadcast_to_tokens`. Token-level
 estimators take per-token rewards ``[N, T]`` (build them with
 :func:`token_level_rewards`, which also folds a KL penalty into the reward the PPO way).
+The trainer calls them all through :func:`estimate_advantages`.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Iterator, Mapping
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, TypeVar
 
 import torch
 from torch import Tensor
 
 __all__ = [
+    "ESTIMATORS",
+    "EstimatorSpec",
+    "register_estimator",
+    "get_estimator_spec",
+    "estimator_params",
+    "estimate_advantages",
     "ADVANTAGE_ESTIMATORS",
     "SEQUENCE_LEVEL",
     "TOKEN_LEVEL",
@@ -52,10 +64,146 @@ __all__ = [
     "broadcast_to_tokens",
 ]
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 Reduce = Callable[[Tensor], Tensor]
 """A sum over data-parallel ranks (``all_reduce(SUM)`` that returns the summed tensor); ``None`` = this
 process's data only. Passed to the whitening functions so that their statistics are those of the global
 batch: with it, world size 2 gives the same advantages as world size 1 on the same global batch."""
+
+
+# --------------------------------------------------------------------------- registry
+
+
+@dataclass(frozen=True)
+class EstimatorSpec:
+    """One registered advantage estimator: the single source of truth for its config name, level,
+    critic requirement, minimum group size and the ``cfg.algo`` fields it takes.
+
+    Calling convention of ``fn`` by kind (what :func:`estimate_advantages` does):
+
+    * ``level="sequence"``: ``fn(scores [N], group_index [N], **params) -> [N]``;
+    * ``level="token"``, no critic: ``fn(token_rewards [N, T], mask, *, reduce, **params) -> [N, T]``;
+    * ``level="token"``, ``needs_critic``: ``fn(token_rewards, values, mask, **params) -> (advantages,
+      returns)``; the advantages are then whitened over the global batch when ``whiten``.
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    level: Literal["sequence", "token"]
+    needs_critic: bool
+    min_group: int
+    params: tuple[str, ...]
+    whiten: bool
+    doc: str
+
+
+ESTIMATORS: dict[str, EstimatorSpec] = {}
+"""Config name (``algo.advantage``) -> :class:`EstimatorSpec`, in registration order. Filled by
+:func:`register_estimator`; everything else (config validation, ``--help``, the trainer) reads it."""
+
+
+def register_estimator(name: str, *, level: Literal["sequence", "token"], needs_critic: bool = False,
+                       min_group: int = 1, params: tuple[str, ...] = (), whiten: bool = False,
+                       doc: str | None = None) -> Callable[[F], F]:
+    """Register the decorated function as the advantage estimator ``name`` (returned unchanged).
+
+    ``level``: "sequence" (one advantage per response, broadcast to its tokens; a KL in the reward is
+    folded into the score first) or "token" (per-token rewards in; the KL goes into them, PPO style).
+    ``needs_critic``: the trainer loads a value model and passes ``values`` (token level only).
+    ``min_group``: the smallest ``rollout.n`` it learns anything with (2 for a group baseline).
+    ``params``: names of ``cfg.algo`` fields passed as keyword arguments (see :func:`estimator_params`).
+    ``whiten``: whiten a critic estimator's advantages with global-batch statistics.
+    ``doc``: one line for ``--help`` (default: the first line of the function's docstring).
+    """
+    if level not in ("sequence", "token"):
+        raise ValueError(f"estimator {name!r}: level must be 'sequence' or 'token', got {level!r}")
+    if needs_critic and level != "token":
+        raise ValueError(f"estimator {name!r}: a critic estimator must be token level")
+    if min_group < 1:
+        raise ValueError(f"estimator {name!r}: min_group must be >= 1, got {min_group}")
+    if name == "auto" or name in ESTIMATORS:
+        raise ValueError(f"advantage estimator {name!r} already registered (or reserved)")
+
+    def deco(fn: F) -> F:
+        line = doc if doc is not None else ((fn.__doc__ or "").strip().splitlines() or [""])[0]
+        ESTIMATORS[name] = EstimatorSpec(name=name, fn=fn, level=level, needs_critic=needs_critic,
+                                         min_group=min_group, params=tuple(params), whiten=whiten,
+                                         doc=line.strip())
+        return fn
+
+    return deco
+
+
+def get_estimator_spec(name: str) -> EstimatorSpec:
+    """The :class:`EstimatorSpec` of ``name``; unknown names raise ``ValueError`` naming the allowed ones."""
+    try:
+        return ESTIMATORS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown advantage estimator {name!r}; allowed: {', '.join(sorted(ESTIMATORS))}"
+        ) from None
+
+
+def get_advantage_estimator(name: str) -> Callable[..., object]:
+    """Look an estimator's function up by its config name; unknown names raise ``ValueError``."""
+    return get_estimator_spec(name).fn
+
+
+class _EstimatorFns(Mapping[str, Callable[..., object]]):
+    """Live read-only view: config name -> estimator function."""
+
+    def __getitem__(self, name: str) -> Callable[..., object]:
+        return ESTIMATORS[name].fn
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(ESTIMATORS))
+
+    def __len__(self) -> int:
+        return len(ESTIMATORS)
+
+    def __repr__(self) -> str:
+        return f"ADVANTAGE_ESTIMATORS({', '.join(ESTIMATORS)})"
+
+
+class _EstimatorNames(AbstractSet[str]):
+    """Live read-only set of the registered names whose spec satisfies a predicate."""
+
+    def __init__(self, pred: Callable[[EstimatorSpec], bool], label: str) -> None:
+        self._pred, self._label = pred, label
+
+    def _names(self) -> list[str]:
+        return [n for n, s in ESTIMATORS.items() if self._pred(s)]
+
+    @classmethod
+    def _from_iterable(cls, it):  # results of |, &, - are plain frozensets
+        return frozenset(it)
+
+    def __contains__(self, name: object) -> bool:
+        spec = ESTIMATORS.get(name) if isinstance(name, str) else None
+        return spec is not None and self._pred(spec)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __repr__(self) -> str:
+        return f"{self._label}({{{', '.join(map(repr, self._names()))}}})"
+
+
+ADVANTAGE_ESTIMATORS: Mapping[str, Callable[..., object]] = _EstimatorFns()
+"""Config name -> estimator function (a live view of :data:`ESTIMATORS`)."""
+
+SEQUENCE_LEVEL: AbstractSet[str] = _EstimatorNames(lambda s: s.level == "sequence", "SEQUENCE_LEVEL")
+"""Estimators called as ``fn(scores[N], group_index[N]) -> [N]`` (derived from the registry)."""
+
+TOKEN_LEVEL: AbstractSet[str] = _EstimatorNames(lambda s: s.level == "token", "TOKEN_LEVEL")
+"""Estimators that take per-token rewards ``[N, T]`` and a mask (derived from the registry)."""
+
+NEEDS_CRITIC: AbstractSet[str] = _EstimatorNames(lambda s: s.needs_critic, "NEEDS_CRITIC")
+"""Estimators that need a value model (``values [N, T]``) (derived from the registry)."""
 
 
 # --------------------------------------------------------------------------- helpers
@@ -177,6 +325,7 @@ def _group_stats(
 # --------------------------------------------------------------------------- sequence level
 
 
+@register_estimator("grpo", level="sequence", min_group=2, params=("std_normalize",))
 def grpo(
     scores: Tensor, group_index: Tensor, *, std_normalize: bool = True, eps: float = 1e-6
 ) -> Tensor:
@@ -200,6 +349,7 @@ def grpo(
     return torch.where(informative, adv, torch.zeros_like(adv))
 
 
+@register_estimator("dr_grpo", level="sequence", min_group=2)
 def dr_grpo(scores: Tensor, group_index: Tensor) -> Tensor:
     """Dr. GRPO advantage (Liu et al. 2025, "Understanding R1-Zero-Like Training").
 
@@ -211,6 +361,7 @@ def dr_grpo(scores: Tensor, group_index: Tensor) -> Tensor:
     return grpo(scores, group_index, std_normalize=False)
 
 
+@register_estimator("rloo", level="sequence", min_group=2)
 def rloo(scores: Tensor, group_index: Tensor) -> Tensor:
     """REINFORCE Leave-One-Out advantage (Ahmadian et al. 2024; Kool et al. 2019).
 
@@ -230,6 +381,7 @@ def rloo(scores: Tensor, group_index: Tensor) -> Tensor:
 # --------------------------------------------------------------------------- token level
 
 
+@register_estimator("reinforce_pp", level="token", params=("gamma",))
 def reinforce_pp(token_rewards: Tensor, mask: Tensor, *, gamma: float = 1.0, reduce: Reduce | None = None
                  ) -> Tensor:
     """REINFORCE++ advantage (Hu 2025, arXiv:2501.03262, sec. 3).
@@ -257,6 +409,7 @@ def reinforce_pp(token_rewards: Tensor, mask: Tensor, *, gamma: float = 1.0, red
     return masked_whiten(returns, m, reduce=reduce)
 
 
+@register_estimator("gae", level="token", needs_critic=True, params=("gamma", "lam"), whiten=True)
 def gae(
     token_rewards: Tensor, values: Tensor, mask: Tensor, *, gamma: float, lam: float
 ) -> tuple[Tensor, Tensor]:
@@ -377,32 +530,44 @@ def broadcast_to_tokens(seq_values: Tensor, mask: Tensor) -> Tensor:
     return torch.where(m, seq_values[:, None], zero)
 
 
-# --------------------------------------------------------------------------- registry
-
-ADVANTAGE_ESTIMATORS: dict[str, Callable[..., object]] = {
-    "grpo": grpo,
-    "dr_grpo": dr_grpo,
-    "rloo": rloo,
-    "reinforce_pp": reinforce_pp,
-    "gae": gae,
-}
-"""Config name -> estimator. See the module docstring for each one's inputs."""
-
-SEQUENCE_LEVEL: frozenset[str] = frozenset({"grpo", "dr_grpo", "rloo"})
-"""Estimators called as ``fn(scores[N], group_index[N]) -> [N]``."""
-
-TOKEN_LEVEL: frozenset[str] = frozenset({"reinforce_pp", "gae"})
-"""Estimators that take per-token rewards ``[N, T]`` and a mask."""
-
-NEEDS_CRITIC: frozenset[str] = frozenset({"gae"})
-"""Estimators that need a value model (``values [N, T]``)."""
 
 
-def get_advantage_estimator(name: str) -> Callable[..., object]:
-    """Look an estimator up by its config name; unknown names raise ``ValueError``."""
-    try:
-        return ADVANTAGE_ESTIMATORS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown advantage estimator {name!r}; allowed: {', '.join(sorted(ADVANTAGE_ESTIMATORS))}"
-        ) from None
+# --------------------------------------------------------------------------- the trainer's entry point
+
+
+def estimator_params(name: str, algo_cfg: Any) -> dict[str, Any]:
+    """The keyword parameters of estimator ``name`` read from ``algo_cfg`` (a ``cfg.algo`` section):
+    ``{field: getattr(algo_cfg, field)}`` for each field the estimator declared in ``params``."""
+    return {p: getattr(algo_cfg, p) for p in get_estimator_spec(name).params}
+
+
+def estimate_advantages(name: str, scores: Tensor, group_index: Tensor, mask: Tensor, *,
+                        params: Mapping[str, Any], kl_tokens: Tensor | None = None, kl_coef: float = 0.0,
+                        values: Tensor | None = None, reduce: Reduce | None = None
+                        ) -> tuple[Tensor, Tensor | None]:
+    """Token-level advantages ``[N, T]`` (and the value targets for a critic estimator, else ``None``)
+    of the registered estimator ``name``.
+
+    ``params``: the estimator's keyword parameters (:func:`estimator_params`). ``kl_tokens`` (the
+    per-token KL of the sampled responses, ``[N, T]``) with ``kl_coef != 0`` enters the reward: summed
+    into each response's score before the group baseline for a sequence-level estimator
+    (:func:`sequence_kl_scores`, RLOO-style), per token for a token-level one
+    (:func:`token_level_rewards`, PPO-style). Sequence-level advantages are copied to every valid token
+    (:func:`broadcast_to_tokens`). ``values [N, T]`` is required by a critic estimator. ``reduce``
+    (:data:`Reduce`) makes the whitening statistics (REINFORCE++, GAE) those of the global batch.
+    """
+    spec = get_estimator_spec(name)
+    if spec.level == "sequence":
+        if kl_tokens is not None and kl_coef:
+            scores = sequence_kl_scores(scores, kl_tokens, mask, kl_coef)
+        seq = spec.fn(scores, group_index, **params)
+        return broadcast_to_tokens(seq, mask), None
+    rewards = token_level_rewards(scores, mask, kl=kl_tokens, kl_coef=kl_coef)
+    if not spec.needs_critic:
+        return spec.fn(rewards, mask, reduce=reduce, **params), None
+    if values is None:
+        raise ValueError(f"advantage estimator {name!r} needs a critic: pass values [N, T]")
+    advantages, returns = spec.fn(rewards, values, mask, **params)
+    if spec.whiten:
+        advantages = masked_whiten(advantages, mask, reduce=reduce)
+    return advantages, returns

@@ -4,7 +4,9 @@
     mathrl data show SOURCE [--path P] [--split S] [--n 3] [--template NAME [--tokenizer T]]
     mathrl data stats SOURCE [--path P] [--split S]
 
-``synthetic`` takes ``--level``, ``--seed`` and ``--size`` instead of a path.
+``synthetic`` takes ``--level``, ``--seed`` and ``--size`` instead of a path;
+``jsonl`` reads any file, with ``--field question=NAME --field answer=NAME``
+naming its fields (defaults ``question`` and ``answer``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 
 from mathrl.data.errors import DataError
 from mathrl.data.gold import gold_kind
-from mathrl.data.loader import SYNTHETIC, LoadResult, load_source, source_names
+from mathrl.data.loader import LoadResult, load_source, source_names
 from mathrl.data.sources import SOURCES
 from mathrl.data.synthetic import DEFAULT_LEVEL, LEVELS
 from mathrl.data.templates import TEMPLATES, get_template
@@ -43,6 +45,9 @@ def build_parser(prog: str = "mathrl data") -> argparse.ArgumentParser:
                        f"(default {DEFAULT_LEVEL})")
         p.add_argument("--seed", type=int, help="synthetic: seed (default 0)")
         p.add_argument("--size", type=int, help="synthetic: number of problems to generate")
+        p.add_argument("--field", action="append", metavar="ROLE=NAME",
+                       help="jsonl: the file's field for a role (question, answer), e.g. --field "
+                       "question=problem --field answer=final_answer (= data.fields.ROLE=NAME)")
 
     show = sub.add_parser("show", help="print the first problems (id, question, gold, meta)")
     common(show)
@@ -69,14 +74,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+# command-line flag -> the option of a generated source (SourceSpec.options)
+_GENERATOR_FLAGS = {"size": "n", "level": "level", "seed": "seed"}
+
+
 def _options(args: argparse.Namespace, default_size: int) -> dict[str, Any]:
-    given = {k: getattr(args, k) for k in ("level", "seed", "size") if getattr(args, k) is not None}
-    if args.source != SYNTHETIC:
-        if given:
-            raise DataError(f"--{', --'.join(given)} only apply to the 'synthetic' source")
-        return {}
-    opts: dict[str, Any] = {"n": given.pop("size", default_size)}
-    opts.update(given)
+    spec = SOURCES.get(args.source)
+    opts: dict[str, Any] = {}
+    given = {k: getattr(args, k) for k in _GENERATOR_FLAGS if getattr(args, k) is not None}
+    if spec is not None and spec.is_generated:
+        opts = {"n": given.pop("size", default_size)} if "n" in spec.options else {}
+        opts.update({_GENERATOR_FLAGS[k]: v for k, v in given.items()})
+    elif given:
+        generated = [s.name for s in SOURCES.values() if s.is_generated]
+        raise DataError(f"--{', --'.join(given)} only apply to the "
+                        f"{', '.join(repr(g) for g in generated)} source")
+    if args.field:
+        if spec is None or "fields" not in spec.options:
+            generic = [s.name for s in SOURCES.values() if "fields" in s.options]
+            raise DataError(f"--field only applies to the {', '.join(repr(g) for g in generic)} source")
+        fields: dict[str, str] = {}
+        for item in args.field:
+            role, eq, name = item.partition("=")
+            if not eq:
+                raise DataError(f"--field {item!r}: expected ROLE=NAME, e.g. --field question=problem")
+            fields[role.strip()] = name.strip()
+        opts["fields"] = fields
     return opts
 
 
@@ -142,7 +165,8 @@ def _print_bad(result: LoadResult, show: int = 5) -> None:
 
 
 def _stats(args: argparse.Namespace) -> int:
-    if args.source != SYNTHETIC and not args.skip_bad_rows:
+    spec = SOURCES.get(args.source)
+    if not (spec is not None and spec.is_generated) and not args.skip_bad_rows:
         args.skip_bad_rows = True  # stats counts bad rows instead of stopping at the first
     result = _load(args, None, 1000)
     problems = result.problems
@@ -177,12 +201,12 @@ def _stats(args: argparse.Namespace) -> int:
 def _print_sources() -> None:
     print("sources:")
     for name in source_names():
-        if name == SYNTHETIC:
-            print(f"  {name:13s} generated arithmetic word problems (--level, --seed, --size)")
-            continue
         spec = SOURCES[name]
         print(f"  {name:13s} {spec.description}")
-        print(f"  {'':13s} hub: {spec.hub_name}; question: {spec.question_rule}; gold: {spec.gold_rule}")
+        if spec.is_generated:
+            continue
+        where = f"hub: {spec.hub_name}" if not spec.is_generic else "file: data.path (--path)"
+        print(f"  {'':13s} {where}; question: {spec.question_rule}; gold: {spec.gold_rule}")
     print("synthetic levels:")
     for lv in LEVELS.values():
         print(f"  {lv.level:2d}  {lv.description}")

@@ -11,9 +11,8 @@ from __future__ import annotations
 import math
 import re
 
-from mathrl.latex import matching_brace
+from mathrl.latex import last_box
 
-_BOX_COMMANDS = ("\\boxed", "\\fbox")
 _INT_RE = re.compile(r"[+-]?\d+")
 _THOUSANDS_RE = re.compile(r"[+-]?\d{1,3}(,\d{3})+(\.\d+)?")
 _DECIMAL_RE = re.compile(r"[+-]?(\d+\.\d*|\.\d+)")
@@ -24,69 +23,25 @@ _UNIT_SUFFIX_RE = re.compile(r"^(?P<value>.*?)\s*\((?P<unit>[^()]*)\)\s*$", re.D
 _GSM8K_MARKER = "####"
 
 
-def _balanced_group(text: str, start: int) -> int | None:
-    """Index just past the brace group opening at ``text[start] == '{'``, or ``None`` when the
-    group is not closed (escaped braces do not count; see :func:`mathrl.latex.matching_brace`)."""
-    j = matching_brace(text, start)
-    return None if j < 0 else j + 1
-
-
-def _find_box_commands(text: str) -> list[tuple[int, int]]:
-    """(start, end-of-command-name) of every ``\\boxed``/``\\fbox`` command in ``text``.
-
-    A longer command name such as ``\\boxedfoo`` is not a match.
-    """
-    found: list[tuple[int, int]] = []
-    for cmd in _BOX_COMMANDS:
-        pos = text.find(cmd)
-        while pos != -1:
-            end = pos + len(cmd)
-            if end >= len(text) or not text[end].isalpha():
-                found.append((pos, end))
-            pos = text.find(cmd, pos + 1)
-    found.sort()
-    return found
-
-
 def last_boxed(text: str) -> str | None:
     """Content of the last ``\\boxed{...}`` or ``\\fbox{...}`` in ``text``.
 
-    Rules (the convention of the MATH dataset's solutions, Hendrycks et al. 2021):
+    Rules (the convention of the MATH dataset's solutions, Hendrycks et al. 2021; the scanner is
+    :func:`mathrl.latex.last_box`, shared with the verifier):
 
     * the argument is a balanced brace group, so nested braces are kept:
       ``\\boxed{\\frac{1}{2}}`` gives ``\\frac{1}{2}``; escaped braces ``\\{``
-      ``\\}`` do not count towards the nesting;
+      ``\\}`` do not count towards the nesting; a box that is exactly one box gives the inner
+      content (``\\boxed{\\boxed{3}}`` gives ``3``);
     * the unbraced form ``\\boxed 5`` takes the run of characters after the
-      spaces up to the next space or ``$``, without trailing ``.`` or ``,``;
+      spaces up to the next space or ``$`` (or a ``}``, ``\\)``, ``\\]`` closing an outer
+      group), without trailing ``.`` or ``,``: ``\\boxed -3/4$`` gives ``-3/4``;
     * surrounding whitespace of the content is stripped.
 
     Returns ``None`` when there is no box command, or when the *last* one is not
     closed (a truncated text): an earlier box is then not a safe stand-in.
     """
-    commands = _find_box_commands(text)
-    if not commands:
-        return None
-    _, end = commands[-1]
-    i = end
-    while i < len(text) and text[i] in " \t":
-        i += 1
-    if i < len(text) and text[i] == "{":
-        close = _balanced_group(text, i)
-        if close is None:
-            return None
-        return text[i + 1 : close - 1].strip()
-    if i == end:  # e.g. "\boxed" at the very end or "\boxed\frac" without a space
-        if i < len(text) and text[i] == "\\":
-            j = i + 1
-            while j < len(text) and text[j].isalpha():
-                j += 1
-            return text[i:j] if j > i + 1 else None
-        return None
-    j = i
-    while j < len(text) and not text[j].isspace() and text[j] != "$":
-        j += 1
-    token = text[i:j].rstrip(".,")
-    return token or None
+    return last_box(text)
 
 
 def gsm8k_gold(answer_field: str) -> str:

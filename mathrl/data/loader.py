@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ from mathrl.data.sources import SOURCES, SourceSpec
 
 logger = logging.getLogger("mathrl.data")
 
-SYNTHETIC = "synthetic"
+SYNTHETIC = "synthetic"  # kept for callers; the source is an ordinary SOURCES entry
 DEFAULT_SPLIT = "test"
 
 
@@ -26,7 +26,7 @@ class LoadResult:
     Attributes:
         source: the source name.
         split: the split label used in ids.
-        origin: the file read, or ``hub:<name>``, or ``synthetic``.
+        origin: the file read, or ``hub:<name>``, or the name of a generated source (``synthetic``).
         problems: the mapped problems, in file order.
         bad_rows: rows skipped because ``skip_bad_rows`` was set (empty otherwise:
             without the flag the first bad row raises).
@@ -42,8 +42,9 @@ class LoadResult:
 
 
 def source_names() -> list[str]:
-    """Every source ``load_problems`` accepts."""
-    return sorted([*SOURCES, SYNTHETIC])
+    """The sources ``load_problems`` accepts, sorted: datasets, generated ones (``synthetic``) and the
+    generic file readers (``jsonl``: a user's file with field names given by ``fields=``)."""
+    return sorted(SOURCES)
 
 
 def get_source(name: str) -> SourceSpec:
@@ -55,7 +56,9 @@ def get_source(name: str) -> SourceSpec:
     try:
         return SOURCES[name]
     except KeyError:
-        raise DataError(f"unknown data source '{name}'; known sources: {', '.join(source_names())}") from None
+        raise DataError(
+            f"unknown data source '{name}'; known sources: {', '.join(source_names())}"
+        ) from None
 
 
 def load_problems(
@@ -81,8 +84,12 @@ def load_problems(
         limit: keep at most this many problems (reading stops there).
         skip_bad_rows: skip rows that cannot be mapped instead of raising; the
             count is logged at WARNING (use :func:`load_source` for the list).
-        **options: source options; only ``synthetic`` has any
-            (``n``, ``level``, ``seed``, see :func:`mathrl.data.synthetic.generate`).
+        **options: source options (:attr:`SourceSpec.options`): ``synthetic``
+            takes ``n``, ``level``, ``seed`` (see :func:`mathrl.data.synthetic.generate`);
+            ``jsonl`` takes ``fields`` (``{"question": ..., "answer": ...}``, the
+            file's field names; default ``question`` and ``answer``). ``fields=None``
+            is accepted by every source and means "not given", so a caller can
+            pass ``fields=cfg.data.fields`` whatever the source.
 
     Raises:
         DataError: unknown source or option, unreadable or empty file, or (without
@@ -105,22 +112,33 @@ def load_source(
     """Like :func:`load_problems` but returns the :class:`LoadResult` with the skipped rows."""
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise DataError(f"limit must be a non-negative integer or None, got {limit!r}")
-    if source == SYNTHETIC:
-        return _load_synthetic(path, split, limit, options)
     spec = get_source(source)
-    if options:
+    if options.get("fields", ()) is None:
+        del options["fields"]  # "not given": lets callers pass data.fields for any source
+    if spec.is_generated:
+        return _load_generated(spec, path, split, limit, options)
+    if options and not spec.options:
+        with_options = ", ".join(f"{s.name} ({', '.join(s.options)})" for s in SOURCES.values() if s.options)
         raise DataError(
-            f"source '{source}' takes no options, got {sorted(options)}; only 'synthetic' has options"
+            f"source '{source}' takes no options, got {sorted(options)}; sources with options: {with_options}"
         )
+    unknown = sorted(set(options) - set(spec.options))
+    if unknown:
+        raise DataError(f"unknown option(s) {unknown} for source '{source}'; allowed: {', '.join(spec.options)}")
+    if spec.is_generic:
+        spec = replace(spec, map_row=spec.map_fields(options.get("fields")))  # type: ignore[misc]
+    elif spec.map_row is None:  # pragma: no cover - a registration error
+        raise DataError(f"source '{source}' has neither a row mapper nor a generator")
     if path is not None:
-        file = resolve_local_path(path, split or DEFAULT_SPLIT)
-        label = split or (file.stem if Path(path).is_file() else DEFAULT_SPLIT)
+        file = resolve_local_path(path, split or spec.default_split)
+        label = split or (file.stem if Path(path).is_file() else spec.default_split)
         rows: Iterator[RawRow] = iter_local_rows(file)
         origin = str(file)
     else:
         if spec.hub_name is None:
-            raise DataError(f"source '{source}' has no hub location; pass a local file with --path")
-        label = split or DEFAULT_SPLIT
+            raise DataError(f"source '{source}' has no hub location; pass a local file with --path "
+                            "(mathrl train: data.path)")
+        label = split or spec.default_split
         rows = iter_hub_rows(spec.hub_name, spec.hub_configs, spec.hub_splits.get(label, label))
         origin = f"hub:{spec.hub_name}"
     result = LoadResult(source=source, split=label, origin=origin)
@@ -145,7 +163,7 @@ def sources_matching(row: Any, exclude: str | None = None) -> list[str]:
         return []
     out = []
     for name, spec in SOURCES.items():
-        if name == exclude:
+        if name == exclude or spec.map_row is None or spec.is_generic:
             continue
         try:
             spec.map_row(row)
@@ -178,7 +196,7 @@ def _map_rows(
         try:
             if isinstance(row, RowError):
                 raise row
-            question, gold, meta = spec.map_row(row)
+            question, gold, meta = spec.map_row(row)  # type: ignore[misc]
         except RowError as exc:
             fix = exc.fix or _fix_for(spec, row, exc)
             bad = BadRow(location=location, field=exc.field, reason=exc.reason, fix=fix)
@@ -203,17 +221,15 @@ def _map_rows(
             return
 
 
-def _load_synthetic(
-    path: str | Path | None, split: str | None, limit: int | None, options: dict[str, Any]
+def _load_generated(
+    spec: SourceSpec, path: str | Path | None, split: str | None, limit: int | None, options: dict[str, Any]
 ) -> LoadResult:
-    from mathrl.data.synthetic import load_synthetic
-
     if path is not None:
-        raise DataError(f"source 'synthetic' is generated, it reads no file (got path {str(path)!r})")
-    label = split or "train"
-    problems = load_synthetic(split=label, **options)
+        raise DataError(f"source '{spec.name}' is generated, it reads no file (got path {str(path)!r})")
+    label = split or spec.default_split
+    problems = spec.generate(label, **options)  # type: ignore[misc]
     if limit is not None:
         problems = problems[:limit]
     return LoadResult(
-        source=SYNTHETIC, split=label, origin=SYNTHETIC, problems=problems, rows_read=len(problems)
+        source=spec.name, split=label, origin=spec.name, problems=problems, rows_read=len(problems)
     )

@@ -1,23 +1,39 @@
-"""Registry of problem sources and their field mappings.
+"""Registry of problem sources and their field mappings: the one data registry.
 
 Each :class:`SourceSpec` says where a dataset lives on the Hugging Face hub,
 which fields hold the question and the gold answer, and how to turn one raw row
 into ``(question, gold, meta)``. Mappers are pure functions of the row; they
 raise :class:`RowError` naming the field when the row cannot be mapped.
+
+A spec also says how the source is evaluated (``eval_split``, ``local_file``,
+``eval_description``): :data:`mathrl.eval.benchmarks.BENCHMARKS` is derived from
+:data:`SOURCES`, one benchmark per source with an eval split, so registering a
+source here makes it a benchmark too. Three kinds of source share the registry:
+
+* datasets read from the hub or a local file through ``map_row``;
+* generated sources (``generate``, e.g. ``synthetic``), which read no file;
+* generic file sources (``map_fields``, e.g. ``jsonl``), which read a user's
+  file with field names given by the caller (``fields=``, ``data.fields``).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mathrl.data.errors import RowError, shorten
-from mathrl.data.gold import format_number, gsm8k_gold, last_boxed, strip_unit
+from mathrl.data.errors import DataError, RowError, shorten
+from mathrl.data.mappers import (Mapped, RowMapper, answer_field, map_aime, map_amc, map_asdiv, map_gsm8k, map_math,
+                                 map_minerva, map_svamp, text_field)
+from mathrl.data.problem import Problem
 
-Mapped = tuple[str, str, dict[str, Any]]
-RowMapper = Callable[[Mapping[str, Any]], Mapped]
+# generate(split, **options) -> problems, for generated sources (options: SourceSpec.options).
+Generator = Callable[..., list[Problem]]
+# map_fields(fields) -> row mapper, for generic file sources (fields: role -> the file's field name).
+FieldMapperFactory = Callable[[Mapping[str, str]], RowMapper]
+
+# ``local_file`` default: the benchmark file under a data folder, formatted with the spec's name and eval split.
+DEFAULT_LOCAL_FILE = "{name}/{split}.jsonl"
 
 # The seven subject configs of EleutherAI/hendrycks_math (the full MATH set).
 MATH_SUBJECTS = (
@@ -46,7 +62,23 @@ class SourceSpec:
         hub_splits: mathrl split name -> hub split name, for hubs whose only
             split has another name (e.g. AIME 2024 ships as ``train``). Splits
             not listed are passed through unchanged.
-        map_row: the row mapper.
+        map_row: the row mapper (``None`` for a generated source).
+        eval_split: the split the source's benchmark evaluates; ``None``: the
+            source is not a benchmark (e.g. the generic ``jsonl`` reader).
+        local_file: the benchmark's file under a data folder
+            (``mathrl eval --data-dir``), formatted with ``name`` and ``split``
+            (default ``<name>/<eval_split>.jsonl``); ``None``: no file (hub or
+            generated only).
+        eval_description: the benchmark's one-line description (default: ``description``).
+        default_split: the split ``load_problems`` reads when none is given
+            (``test``; ``train`` for ``synthetic``).
+        generate: for a generated source, ``generate(split, **options)`` returning
+            the problems; such a source reads no file and has no hub location.
+        options: the keyword options ``load_problems`` accepts for this source
+            (``n``, ``level``, ``seed`` for synthetic; ``fields`` for ``jsonl``).
+        map_fields: for a generic file source, builds the row mapper from the
+            caller's field names (``fields={"question": ..., "answer": ...}``);
+            ``map_row`` is the mapper for the default names.
     """
 
     name: str
@@ -56,238 +88,109 @@ class SourceSpec:
     gold_rule: str
     license: str
     hub_name: str | None
-    map_row: RowMapper
+    map_row: RowMapper | None
     hub_configs: tuple[str | None, ...] = (None,)
     hub_splits: Mapping[str, str] = field(default_factory=dict)
+    eval_split: str | None = "test"
+    local_file: str | None = DEFAULT_LOCAL_FILE
+    eval_description: str | None = None
+    default_split: str = "test"
+    generate: Generator | None = None
+    options: tuple[str, ...] = ()
+    map_fields: FieldMapperFactory | None = None
+
+    @property
+    def is_benchmark(self) -> bool:
+        """Whether the source has an eval split (and so a benchmark of the same name)."""
+        return self.eval_split is not None
+
+    @property
+    def benchmark_file(self) -> str | None:
+        """The benchmark's file relative to a data folder (``gsm8k/test.jsonl``), or ``None``."""
+        if self.local_file is None or self.eval_split is None:
+            return None
+        return self.local_file.format(name=self.name, split=self.eval_split)
+
+    @property
+    def benchmark_description(self) -> str:
+        return self.eval_description if self.eval_description is not None else self.description
+
+    @property
+    def is_generated(self) -> bool:
+        return self.generate is not None
+
+    @property
+    def is_generic(self) -> bool:
+        """A generic file reader (field names from the caller), not a named dataset."""
+        return self.map_fields is not None
 
 
-# ----------------------------------------------------------------------------- field helpers
+# ----------------------------------------------------------------------------- generic file source
+
+# The roles a generic file source maps, and the field names used when the caller names none.
+FIELD_ROLES = ("question", "answer")
+DEFAULT_FIELDS: Mapping[str, str] = {"question": "question", "answer": "answer"}
 
 
-def _present(row: Mapping[str, Any], name: str) -> bool:
-    return name in row and row[name] is not None
-
-
-def _missing(row: Mapping[str, Any], name: str) -> RowError:
-    return RowError(name, f"missing (fields present: {sorted(row)})")
-
-
-def text_field(row: Mapping[str, Any], *names: str) -> str:
-    """The first of ``names`` present in ``row``, as non-empty text.
+def check_fields(fields: Mapping[str, str] | None) -> dict[str, str]:
+    """The field names of a generic file source: ``fields`` over :data:`DEFAULT_FIELDS`.
 
     Raises:
-        RowError: none present (names the first), not a string, or blank.
+        DataError: ``fields`` is not a mapping, names a role other than
+            ``question``/``answer``, or gives a field name that is not a non-empty string.
     """
-    for name in names:
-        if _present(row, name):
-            value = row[name]
-            if not isinstance(value, str):
-                raise RowError(name, f"expected text, got {type(value).__name__} {shorten(value)}")
-            if not value.strip():
-                raise RowError(name, "is empty")
-            return value
-    raise _missing(row, names[0])
+    if fields is None:
+        return dict(DEFAULT_FIELDS)
+    if not isinstance(fields, Mapping):
+        raise DataError(f"fields must be a mapping such as {{question: problem, answer: final_answer}}, "
+                        f"got {shorten(fields)}")
+    unknown = sorted(str(k) for k in fields if k not in FIELD_ROLES)
+    if unknown:
+        raise DataError(f"fields: unknown role(s) {unknown}; allowed: {', '.join(FIELD_ROLES)} "
+                        "(e.g. fields.question=problem fields.answer=final_answer)")
+    for role, name in fields.items():
+        if not isinstance(name, str) or not name.strip():
+            raise DataError(f"fields.{role} = {shorten(name)}: expected the name of a field in the file")
+    return {**DEFAULT_FIELDS, **{k: v.strip() for k, v in fields.items()}}
 
 
-def answer_field(row: Mapping[str, Any], name: str, *, canonical_text: bool = True) -> str:
-    """A gold given directly as text or a number.
+def map_fields(fields: Mapping[str, str] | None = None) -> RowMapper:
+    """A row mapper for a user's file: question = ``fields['question']``; gold = ``fields['answer']``.
 
-    Numbers go through :func:`format_number`; text does too when
-    ``canonical_text`` (plain integers lose leading zeros and thousands commas),
-    else it is only stripped (LaTeX answers such as ``1,2,3`` are lists, not
-    thousands).
+    The answer is taken as the gold string as written (stripped; a JSON number
+    is formatted, ``27.0`` -> ``27``), with no extraction. Every other field of
+    the row is kept in ``meta``. A missing field is a :class:`RowError` naming it.
     """
-    if not _present(row, name):
-        raise _missing(row, name)
-    value = row[name]
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise RowError(name, f"expected a number or text, got {type(value).__name__} {shorten(value)}")
-    try:
-        gold = value.strip() if isinstance(value, str) and not canonical_text else format_number(value)
-    except ValueError as exc:
-        raise RowError(name, str(exc)) from exc
-    if not gold:
-        raise RowError(name, "empty gold answer")
-    return gold
+    names = check_fields(fields)
+    q_name, a_name = names["question"], names["answer"]
+
+    def fix(role: str, name: str) -> str:
+        return (f"give every row a '{name}' field, or name the field that holds the {role}: "
+                f"data.fields.{role}=FIELD (mathrl data: --field {role}=FIELD)")
+
+    def map_row(row: Mapping[str, Any]) -> Mapped:
+        try:
+            question = text_field(row, q_name)
+        except RowError as exc:
+            raise RowError(exc.field, exc.reason, fix=fix("question", q_name)) from None
+        try:
+            gold = answer_field(row, a_name, canonical_text=False)
+        except RowError as exc:
+            raise RowError(exc.field, exc.reason, fix=fix("answer", a_name)) from None
+        meta = {k: v for k, v in row.items() if k not in (q_name, a_name)}
+        return question, gold, meta
+
+    return map_row
 
 
-def boxed_gold(solution: str, name: str = "solution") -> str:
-    """The last ``\\boxed{}`` of a solution as the gold, or a RowError saying why not."""
-    gold = last_boxed(solution)
-    if gold is None:
-        raise RowError(
-            name, f"no complete \\boxed{{...}} to take the gold answer from (ends with {shorten(solution[-60:])})"
-        )
-    if not gold:
-        raise RowError(name, "the last \\boxed{} is empty")
-    return gold
+# ----------------------------------------------------------------------------- generated source
 
 
-def _level(value: Any) -> tuple[int | None, Any]:
-    """MATH level as an int: ``3`` or ``'Level 3'`` -> 3; ``'Level ?'`` -> None."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value, value
-    if isinstance(value, str):
-        m = re.fullmatch(r"\s*(?:Level\s*)?(\d+)\s*", value)
-        if m:
-            return int(m.group(1)), value
-    return None, value
+def generate_synthetic(split: str, **options: Any) -> list[Problem]:
+    """The ``synthetic`` source: :func:`mathrl.data.synthetic.load_synthetic` (options ``n``, ``level``, ``seed``)."""
+    from mathrl.data.synthetic import load_synthetic
 
-
-def _orig_id(row: Mapping[str, Any], *names: str) -> dict[str, Any]:
-    for name in names:
-        if _present(row, name):
-            return {"orig_id": row[name]}
-    return {}
-
-
-# ----------------------------------------------------------------------------- mappers
-
-
-# A GSM8K gold: an integer or decimal, optionally signed (thousands commas are removed before).
-_GSM8K_NUMBER_RE = re.compile(r"[+-]?(\d+(\.\d+)?|\.\d+)")
-_GSM8K_FIX = "every GSM8K answer ends with the final number after '####', e.g. '... so 7 + 5 = 12.\\n#### 12'"
-
-
-def map_gsm8k(row: Mapping[str, Any]) -> Mapped:
-    """GSM8K: question = ``question``; gold = text after ``####`` in ``answer``, commas removed.
-
-    The gold must be a number (integer or decimal, optionally signed): every one
-    of GSM8K's 8792 golds is, and the verifier compares GSM8K answers as numbers,
-    so a gold such as ``twelve`` is a broken row, not a hard problem.
-    """
-    question = text_field(row, "question")
-    if _present(row, "answer") and isinstance(row["answer"], str) and not row["answer"].strip():
-        raise RowError("answer", "is empty: no gold answer",
-                       fix=f"fill in the worked answer or remove the row ({_GSM8K_FIX})")
-    answer = text_field(row, "answer")
-    try:
-        gold = gsm8k_gold(answer)
-    except ValueError as exc:
-        raise RowError("answer", f"{exc} (ends with {shorten(answer[-60:])})", fix=_GSM8K_FIX) from exc
-    if not _GSM8K_NUMBER_RE.fullmatch(gold):
-        raise RowError("answer", f"the gold after '####' is {shorten(gold)}, not a number",
-                       fix="write the final answer in digits after '####', e.g. '#### 12' (GSM8K golds are "
-                       "integers or decimals; the verifier compares them as numbers)")
-    return question, gold, {"solution": answer}
-
-
-def map_math(row: Mapping[str, Any]) -> Mapped:
-    """Hendrycks MATH / MATH-500: question = ``problem``; gold = ``answer`` or last ``\\boxed{}`` of ``solution``."""
-    question = text_field(row, "problem")
-    solution = row.get("solution") if isinstance(row.get("solution"), str) else None
-    raw_answer = row.get("answer")
-    if raw_answer is not None and not (isinstance(raw_answer, str) and not raw_answer.strip()):
-        gold = answer_field(row, "answer", canonical_text=False)
-    elif solution is not None:
-        gold = boxed_gold(solution)
-    else:
-        raise RowError("answer", "missing or empty, and there is no 'solution' to take the last \\boxed{} from")
-    meta: dict[str, Any] = {}
-    subject = row.get("subject") or row.get("type")
-    if subject is not None:
-        meta["subject"] = subject
-    if "level" in row:
-        level, raw = _level(row["level"])
-        meta["level"] = level
-        if level is None or raw != level:
-            meta["level_raw"] = raw
-    if solution is not None:
-        meta["solution"] = solution
-    if _present(row, "unique_id"):
-        meta["unique_id"] = row["unique_id"]
-    return question, gold, meta
-
-
-def map_minerva(row: Mapping[str, Any]) -> Mapped:
-    """Minerva OCW: question = ``problem``; gold = last ``\\boxed{}`` of ``solution`` (else ``answer``)."""
-    question = text_field(row, "problem", "question")
-    if _present(row, "solution"):
-        solution = text_field(row, "solution")
-        gold = boxed_gold(solution)
-        meta: dict[str, Any] = {"solution": solution}
-    else:
-        if not _present(row, "answer"):
-            raise RowError("solution", f"missing, and no 'answer' either (fields present: {sorted(row)})")
-        gold = answer_field(row, "answer")
-        meta = {}
-    if _present(row, "type"):
-        meta["subject"] = row["type"]
-    meta.update(_orig_id(row, "idx", "id"))
-    return question, gold, meta
-
-
-def map_aime(row: Mapping[str, Any]) -> Mapped:
-    """AIME 2024: question = ``problem``; gold = ``answer`` (leading zeros dropped: ``025`` -> ``25``)."""
-    question = text_field(row, "problem", "question")
-    gold = answer_field(row, "answer")
-    meta: dict[str, Any] = {}
-    if isinstance(row.get("answer"), str) and row["answer"].strip() != gold:
-        meta["answer_raw"] = row["answer"]
-    for key in ("solution", "url", "year"):
-        if _present(row, key):
-            meta[key] = row[key]
-    meta.update(_orig_id(row, "id"))
-    return question, gold, meta
-
-
-def map_amc(row: Mapping[str, Any]) -> Mapped:
-    """AMC 2023: question = ``problem`` (or ``question``); gold = ``answer`` (``27.0`` -> ``27``)."""
-    question = text_field(row, "problem", "question")
-    gold = answer_field(row, "answer")
-    meta: dict[str, Any] = {}
-    if _present(row, "url"):
-        meta["url"] = row["url"]
-    meta.update(_orig_id(row, "id"))
-    return question, gold, meta
-
-
-def _join_body_question(body: str, question: str) -> str:
-    """``body`` and ``question`` as one text; a period closes a body that lacks end punctuation."""
-    body = body.strip()
-    if body and body[-1] not in ".?!":
-        body += "."
-    return f"{body} {question.strip()}"
-
-
-def map_svamp(row: Mapping[str, Any]) -> Mapped:
-    """SVAMP: question = ``Body`` + " " + ``Question``; gold = ``Answer`` (``145.0`` -> ``145``)."""
-    question = _join_body_question(text_field(row, "Body"), text_field(row, "Question"))
-    gold = answer_field(row, "Answer")
-    meta: dict[str, Any] = {}
-    if _present(row, "Equation"):
-        meta["equation"] = row["Equation"]
-    if _present(row, "Type"):
-        meta["type"] = row["Type"]
-    meta.update(_orig_id(row, "ID", "idx"))
-    return question, gold, meta
-
-
-def map_asdiv(row: Mapping[str, Any]) -> Mapped:
-    """ASDiv: question = ``body`` + " " + ``question``; gold = ``answer`` without its unit.
-
-    ``'9 (apples)'`` -> ``9``. A few answers are not numbers (``'3:30 p.m.'``,
-    ``'5:6'``, ``'Yes'``); they are kept as written, the unit removed, and the
-    reward stage compares them.
-    """
-    question = _join_body_question(text_field(row, "body"), text_field(row, "question"))
-    raw = row.get("answer")
-    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
-        gold, unit = format_number(raw), None
-    else:
-        text = text_field(row, "answer")
-        if re.fullmatch(r"\s*\([^()]*[A-Za-z][^()]*\)\s*", text):
-            raise RowError("answer", f"only a unit, no value before it: {shorten(raw)}")
-        value, unit = strip_unit(text)
-        gold = format_number(value)
-    meta: dict[str, Any] = {"answer_raw": raw}
-    if unit is not None:
-        meta["unit"] = unit
-    for key in ("solution_type", "formula"):
-        if _present(row, key):
-            meta[key] = row[key]
-    meta.update(_orig_id(row, "idx", "id"))
-    return question, gold, meta
+    return load_synthetic(split=split, **options)
 
 
 # ----------------------------------------------------------------------------- registry
@@ -305,6 +208,7 @@ SOURCES: dict[str, SourceSpec] = {
             hub_name="openai/gsm8k",
             hub_configs=("main",),
             map_row=map_gsm8k,
+            eval_description="GSM8K test, 1319 grade-school word problems",
         ),
         SourceSpec(
             name="math",
@@ -316,6 +220,7 @@ SOURCES: dict[str, SourceSpec] = {
             hub_name="EleutherAI/hendrycks_math",
             hub_configs=MATH_SUBJECTS,
             map_row=map_math,
+            eval_description="full Hendrycks MATH test (5000), when present",
         ),
         SourceSpec(
             name="math500",
@@ -326,6 +231,7 @@ SOURCES: dict[str, SourceSpec] = {
             license="MIT",
             hub_name="HuggingFaceH4/MATH-500",
             map_row=map_math,
+            eval_description="MATH-500 (subset of the MATH test set), with subject and level",
         ),
         SourceSpec(
             name="minerva_math",
@@ -337,6 +243,7 @@ SOURCES: dict[str, SourceSpec] = {
             hub_name="knoveleng/Minerva-Math",
             hub_splits={"test": "train"},
             map_row=map_minerva,
+            eval_description="Minerva OCW problems (272)",
         ),
         SourceSpec(
             name="aime24",
@@ -348,6 +255,7 @@ SOURCES: dict[str, SourceSpec] = {
             hub_name="HuggingFaceH4/aime_2024",
             hub_splits={"test": "train"},
             map_row=map_aime,
+            eval_description="AIME 2024 (30)",
         ),
         SourceSpec(
             name="amc23",
@@ -358,6 +266,7 @@ SOURCES: dict[str, SourceSpec] = {
             license="problems (c) MAA, collected from the AoPS wiki; research use",
             hub_name="zwhe99/amc23",
             map_row=map_amc,
+            eval_description="AMC 2023 (40)",
         ),
         SourceSpec(
             name="svamp",
@@ -368,6 +277,7 @@ SOURCES: dict[str, SourceSpec] = {
             license="MIT",
             hub_name="ChilleD/SVAMP",
             map_row=map_svamp,
+            eval_description="SVAMP (1000)",
         ),
         SourceSpec(
             name="asdiv",
@@ -379,6 +289,37 @@ SOURCES: dict[str, SourceSpec] = {
             hub_name="EleutherAI/asdiv",
             hub_splits={"test": "validation"},
             map_row=map_asdiv,
+            eval_description="ASDiv (2215)",
+        ),
+        SourceSpec(
+            name="synthetic",
+            description="generated arithmetic word problems (--level, --seed, --size)",
+            fields=(),
+            question_rule="a generated story encoding a chain of arithmetic steps",
+            gold_rule="the value of the chain, an integer",
+            license="generated by mathrl",
+            hub_name=None,
+            map_row=None,
+            local_file=None,
+            eval_description="the embedded synthetic arithmetic task, held-out draw",
+            default_split="train",
+            generate=generate_synthetic,
+            options=("n", "level", "seed"),
+        ),
+        SourceSpec(
+            name="jsonl",
+            description="your own .jsonl/.json/.parquet file; field names from data.fields (mathrl data: --field)",
+            fields=FIELD_ROLES,
+            question_rule="the field named by fields.question (default 'question')",
+            gold_rule="the field named by fields.answer (default 'answer'), taken as written",
+            license="that of your file",
+            hub_name=None,
+            map_row=map_fields(),
+            eval_split=None,
+            local_file=None,
+            options=("fields",),
+            map_fields=map_fields,
         ),
     )
 }
+"""Every source by name, in registration order (the order benchmarks and suggestions use)."""

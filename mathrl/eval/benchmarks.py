@@ -2,12 +2,18 @@
 
 A benchmark spec is a name from :data:`BENCHMARKS`, optionally with a local
 file (``gsm8k=/data/gsm8k_test.jsonl``). Files are looked up as
-``<data_dir>/<relative path>`` (the layout of ``../shared/data``); without a
-data folder the source's hub name is used through ``datasets``.
+``<data_dir>/<relative path>`` (``gsm8k/test.jsonl``, ``math500/test.jsonl``, ...; ``mathrl eval
+--data-dir`` or ``$MATHRL_DATA``); without a data folder the source's hub name is used through
+``datasets``.
+
+:data:`BENCHMARKS` is derived from the source registry :data:`mathrl.data.sources.SOURCES`: one
+benchmark per source with an eval split (``SourceSpec.eval_split``, ``local_file``,
+``eval_description``), so registering a source makes it a benchmark; there is no second table.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,9 +21,10 @@ from typing import Any
 import yaml
 
 from mathrl.config import ConfigError
+from mathrl.data.sources import SOURCES, SourceSpec
 
-__all__ = ["Benchmark", "BENCHMARKS", "BenchmarkSpec", "parse_benchmarks", "load_benchmark", "load_suite",
-           "heldout_problems", "SUITE_DIR"]
+__all__ = ["Benchmark", "BENCHMARKS", "BenchmarkSpec", "benchmarks_from_sources", "parse_benchmarks",
+           "load_benchmark", "load_suite", "SUITE_DIR"]
 
 SUITE_DIR = Path(__file__).resolve().parents[2] / "eval" / "suites"
 
@@ -33,18 +40,58 @@ class Benchmark:
     description: str
 
 
-BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
-    Benchmark("gsm8k", "gsm8k", "test", "gsm8k/test.jsonl", "GSM8K test, 1319 grade-school word problems"),
-    Benchmark("math500", "math500", "test", "math500/test.jsonl", "MATH-500 (subset of the MATH test set), "
-              "with subject and level"),
-    Benchmark("math", "math", "test", "math/test.jsonl", "full Hendrycks MATH test (5000), when present"),
-    Benchmark("minerva_math", "minerva_math", "test", "minerva_math/test.jsonl", "Minerva OCW problems (272)"),
-    Benchmark("aime24", "aime24", "test", "aime24/test.jsonl", "AIME 2024 (30)"),
-    Benchmark("amc23", "amc23", "test", "amc23/test.jsonl", "AMC 2023 (40)"),
-    Benchmark("svamp", "svamp", "test", "svamp/test.jsonl", "SVAMP (1000)"),
-    Benchmark("asdiv", "asdiv", "test", "asdiv/test.jsonl", "ASDiv (2215)"),
-    Benchmark("synthetic", "synthetic", "test", None, "the embedded synthetic arithmetic task, held-out draw"),
-)}
+# Listing order only (help text, "allowed: ..." messages): these benchmarks come first, then every other
+# source with an eval split in registration order. A new source needs no entry here.
+LISTED_FIRST = ("gsm8k", "math500")
+
+
+def benchmark_of(spec: SourceSpec) -> Benchmark:
+    """The benchmark of a source with an eval split (same name as the source)."""
+    if spec.eval_split is None:
+        raise ValueError(f"source {spec.name!r} has no eval split, so it is not a benchmark")
+    return Benchmark(spec.name, spec.name, spec.eval_split, spec.benchmark_file, spec.benchmark_description)
+
+
+def benchmarks_from_sources(sources: Mapping[str, SourceSpec] | None = None) -> dict[str, Benchmark]:
+    """One :class:`Benchmark` per source with an eval split (default: the registry :data:`SOURCES`)."""
+    sources = SOURCES if sources is None else sources
+    names = [n for n in LISTED_FIRST if n in sources] + [n for n in sources if n not in LISTED_FIRST]
+    return {n: benchmark_of(sources[n]) for n in names if sources[n].eval_split is not None}
+
+
+class _Benchmarks(Mapping):
+    """:data:`BENCHMARKS`: a read-only mapping view of the registry, rebuilt when :data:`SOURCES` changes.
+
+    It reads like the old literal table (``BENCHMARKS["gsm8k"]``, ``list(BENCHMARKS)``, ``in``,
+    ``.items()``), and a source registered later (a plugin, a test fixture) shows up without touching
+    this module.
+    """
+
+    def __init__(self) -> None:
+        self._key: tuple = ()
+        self._table: dict[str, Benchmark] = {}
+
+    def _current(self) -> dict[str, Benchmark]:
+        key = tuple((name, id(spec)) for name, spec in SOURCES.items())
+        if key != self._key:
+            self._table, self._key = benchmarks_from_sources(SOURCES), key
+        return self._table
+
+    def __getitem__(self, name: str) -> Benchmark:
+        return self._current()[name]
+
+    def __iter__(self):
+        return iter(self._current())
+
+    def __len__(self) -> int:
+        return len(self._current())
+
+    def __repr__(self) -> str:
+        return repr(self._current())
+
+
+BENCHMARKS: Mapping[str, Benchmark] = _Benchmarks()
+"""Every benchmark by name, derived from :data:`SOURCES` (see :func:`benchmarks_from_sources`)."""
 
 
 @dataclass
@@ -106,9 +153,11 @@ def load_benchmark(spec: BenchmarkSpec, data_dir: str | Path | None = None) -> l
     from mathrl.data import load_problems
 
     b = spec.benchmark
-    if b.source == "synthetic":
-        n = spec.limit or 200
-        problems = load_problems("synthetic", split="test", n=n, level=spec.synthetic_level, seed=spec.seed)
+    source = SOURCES.get(b.source)
+    if source is not None and source.is_generated:
+        offered = {"n": spec.limit or 200, "level": spec.synthetic_level, "seed": spec.seed}
+        problems = load_problems(b.source, split=b.split,
+                                 **{k: v for k, v in offered.items() if k in source.options})
     else:
         path = _resolve_file(spec, data_dir)
         limit = None if spec.where else spec.limit
@@ -125,47 +174,6 @@ def load_benchmark(spec: BenchmarkSpec, data_dir: str | Path | None = None) -> l
     return problems
 
 
-def heldout_problems(cfg) -> tuple[str, list]:
-    """The held-out evaluation set of a training config: ``(name, problems)``.
-
-    * ``data.eval_source`` set: that source (``data.eval_path`` or its hub
-      test split), first ``data.eval_limit`` problems;
-    * else, for ``data.source = synthetic``: the synthetic ``test`` stream at
-      ``data.synthetic_level`` and seed ``train.seed`` -- a stream independent
-      of the training problems (the generator keys its RNG on the split) whose
-      facts are disjoint from theirs: no held-out problem shares an (operands,
-      operator) step with any problem of the training stream, of any length,
-      seed or level (see :mod:`mathrl.data.synthetic`);
-    * else the training source's test split (``data.eval_path``, or the
-      ``test`` file beside ``data.path``).
-
-    The trainer's before/after evaluation and ``mathrl eval --config`` both use
-    this, so their numbers are on the same problems.
-    """
-    from mathrl.data import load_problems
-
-    d = cfg.data
-    limit = d.eval_limit
-    if d.eval_source is not None:
-        if d.eval_source == "synthetic":
-            return "synthetic", load_problems("synthetic", split="test", n=limit, level=d.synthetic_level,
-                                              seed=cfg.train.seed)
-        return d.eval_source, load_problems(d.eval_source, d.eval_path, "test" if d.eval_path is None or
-                                            Path(d.eval_path).is_dir() else None, limit=limit)
-    if d.source == "synthetic":
-        return "synthetic", load_problems("synthetic", split="test", n=limit, level=d.synthetic_level,
-                                          seed=cfg.train.seed)
-    if d.eval_path is not None:
-        return d.source, load_problems(d.source, d.eval_path, None, limit=limit)
-    if d.path is not None:
-        p = Path(d.path)
-        if p.is_dir():
-            return d.source, load_problems(d.source, p, "test", limit=limit)
-        for cand in sorted(p.parent.glob("test.*")):
-            return d.source, load_problems(d.source, cand, "test", limit=limit)
-        raise ConfigError(f"data.eval_path is not set and there is no test file beside data.path = {d.path}; "
-                          "set data.eval_path (or data.eval_source)")
-    return d.source, load_problems(d.source, None, "test", limit=limit)
 
 
 # --------------------------------------------------------------------------- suites

@@ -3,7 +3,7 @@
 Modes::
 
     mathrl eval --config configs/demo.yaml [key=value ...] --out DIR
-    mathrl eval --model PATH_OR_ID --benchmarks gsm8k,math500 --data-dir ../shared/data \\
+    mathrl eval --model PATH_OR_ID --benchmarks gsm8k,math500 --data-dir ~/mathrl-data \\
                 --n 16 --k 1,4,16 --temperature 0.6 --top-p 0.95 --max-tokens 1024 --limit 200
     mathrl eval --suite smoke --model embedded          (eval/suites/smoke.yaml)
     mathrl eval --compare RUN_A RUN_B [--out DIR]       (two finished eval folders, e.g. before/after RL)
@@ -19,6 +19,7 @@ is evaluated (:func:`mathrl.eval.benchmarks.heldout_problems`).
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shlex
 import sys
@@ -26,6 +27,7 @@ import time
 from pathlib import Path
 
 from mathrl.config import ConfigError
+from mathrl.eval.evaluate import evaluate_model, powers_up_to
 
 __all__ = ["main", "build_parser"]
 
@@ -44,8 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--benchmarks", help=f"comma list of benchmarks, optionally name=FILE; known: "
                                         f"{', '.join(_benchmark_names())}")
     p.add_argument("--suite", help="a suite name under eval/suites/ or a suite .yaml file")
-    p.add_argument("--data-dir", help="folder with <benchmark>/test.jsonl files (e.g. ../shared/data); "
-                                      "default: the hub")
+    p.add_argument("--data-dir", help="folder of local copies, <benchmark>/test.jsonl (e.g. gsm8k/test.jsonl); "
+                                      "default: $MATHRL_DATA if set, else the hub")
     p.add_argument("--n", type=int, help="samples per problem (= eval.n)")
     p.add_argument("--k", help="comma list of k for pass@k / maj@k, each <= n (= eval.k)")
     p.add_argument("--temperature", type=float, help="sampling temperature (= eval.temperature)")
@@ -86,16 +88,6 @@ def _parse_k(text: str) -> list[int]:
         raise ConfigError(f"--k {text!r}: expected a comma list of integers, e.g. 1,4,16") from None
     if not ks:
         raise ConfigError(f"--k {text!r}: expected a comma list of integers, e.g. 1,4,16")
-    return ks
-
-
-def powers_up_to(n: int) -> list[int]:
-    """The default k list for n samples: 1, 2, 4, ... up to n, and n itself."""
-    ks = [1]
-    while ks[-1] * 2 <= n:
-        ks.append(ks[-1] * 2)
-    if ks[-1] != n:
-        ks.append(n)
     return ks
 
 
@@ -149,39 +141,9 @@ def resolve(args: argparse.Namespace):
     return cfg, suite
 
 
-def settings_from_config(cfg, top_k: int | None = None):
-    from mathrl.eval.runner import EvalSettings
-
-    return EvalSettings.from_config(cfg, top_k=top_k)
-
-
 def _default_out(model: str) -> Path:
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", model.strip("/").split("/")[-1] or "model")[:60]
     return Path("runs") / "eval" / f"{slug}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
-def _dtype_name(cfg) -> str:
-    if cfg.model.dtype != "auto":
-        return cfg.model.dtype
-    try:
-        import torch
-
-        return "bfloat16" if torch.cuda.is_available() else "float32"
-    except Exception:  # pragma: no cover
-        return "float32"
-
-
-def make_eval_engine(cfg, model_spec: str):
-    """The rollout engine for evaluation (``rollout.backend``; the model path resolved first)."""
-    from mathrl.models import resolve_model_path
-    from mathrl.rollout import make_engine
-
-    path = resolve_model_path(model_spec, cfg.model.cache_dir)
-    try:
-        return make_engine(cfg.rollout.backend, path, vllm_python=cfg.rollout.vllm_python, dtype=_dtype_name(cfg),
-                           seed=cfg.train.seed)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
 
 
 # --------------------------------------------------------------------------- one evaluation
@@ -189,13 +151,16 @@ def make_eval_engine(cfg, model_spec: str):
 
 def _eval_sets(cfg, args, suite):
     """[(name, problems)], loaded before any model work so that data errors stop the run early."""
-    from mathrl.eval.benchmarks import heldout_problems, load_benchmark, parse_benchmarks
+    from mathrl.data.splits import heldout_problems
+    from mathrl.eval.benchmarks import load_benchmark, parse_benchmarks
 
     data_dir = args.data_dir
     if suite is not None:
         specs = suite["benchmarks"]
         if data_dir is None and suite.get("data_dir"):
             data_dir = suite["data_dir"]
+    data_dir = data_dir or os.environ.get("MATHRL_DATA") or None  # the flag, the suite's, then the environment
+    if suite is not None:
         if args.limit is not None:
             for s in specs:
                 s.limit = args.limit
@@ -212,40 +177,6 @@ def _eval_sets(cfg, args, suite):
             s.limit = cfg.data.eval_limit
         out.append((s.name, load_benchmark(s, data_dir)))
     return out
-
-
-def evaluate_model(cfg, sets, out_dir: Path, *, model_spec: str, command: str, top_k: int | None = None,
-                   engine=None, extra: dict | None = None, log=_log) -> dict:
-    """Evaluate one model on the given sets; write the run folder; return the summary."""
-    from mathrl.eval.report import format_table, write_report, write_summary
-    from mathrl.eval.runner import evaluate_benchmark
-
-    settings = settings_from_config(cfg, top_k)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    own = engine is None
-    t0 = time.time()
-    if own:
-        log(f"loading {model_spec} (backend {cfg.rollout.backend}) ...")
-        engine = make_eval_engine(cfg, model_spec)
-    backend = type(engine).__name__
-    summary = {"model": model_spec, "command": command, "backend": backend, "settings": settings.to_dict(),
-               "benchmarks": {}, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **(extra or {})}
-    try:
-        for name, problems in sets:
-            log(f"[{name}] {len(problems)} problems, n={settings.n}, max_tokens={settings.max_tokens}")
-            res = evaluate_benchmark(engine, problems, settings, name=name, out_dir=out_dir, log=log)
-            summary["benchmarks"][name] = res.summary
-            write_summary(out_dir, summary)
-    finally:
-        if own:
-            engine.close()
-    summary["seconds"] = round(time.time() - t0, 1)
-    paths = write_report(out_dir, summary)
-    print(format_table(summary))
-    print(f"\nwrote {paths['summary']}, {paths['markdown']}" +
-          (f", {', '.join(Path(p).name for p in paths['plots'])}" if paths["plots"] else "") +
-          f" and per-problem samples under {out_dir}/<benchmark>/samples.jsonl ({summary['seconds']:.0f} s)")
-    return summary
 
 
 # --------------------------------------------------------------------------- entry point

@@ -113,9 +113,9 @@ def format_compare(cmp: dict) -> str:
 
 
 def _plot(path: Path, cmp: dict) -> None:
-    from mathrl.eval.report import _plt
+    from mathrl.eval.report import pyplot
 
-    plt = _plt()
+    plt = pyplot()
     labels, va, vb, ea, eb = [], [], [], [], []
     for bench, b in cmp["benchmarks"].items():
         for metric, r in b["metrics"].items():
@@ -144,7 +144,7 @@ def _plot(path: Path, cmp: dict) -> None:
 def compare_runs(run_a: str | Path, run_b: str | Path, *, out_dir: str | Path | None = None) -> dict:
     """Compare two evaluation folders; print the table; write compare.json/.md/.png to ``out_dir``
     (default ``<run_b>/compare``)."""
-    from mathrl.eval.report import _md_table, load_summary
+    from mathrl.eval.report import md_table, load_summary
 
     run_a, run_b = Path(run_a), Path(run_b)
     try:
@@ -158,7 +158,7 @@ def compare_runs(run_a: str | Path, run_b: str | Path, *, out_dir: str | Path | 
     (out / "compare.json").write_text(json.dumps(cmp, indent=2) + "\n")
     header, rows = _rows(cmp)
     (out / "compare.md").write_text(f"# Comparison\n\n- A: `{cmp['a']['model']}` ({run_a})\n- B: "
-                                    f"`{cmp['b']['model']}` ({run_b})\n\n{_md_table(header, rows)}\n")
+                                    f"`{cmp['b']['model']}` ({run_b})\n\n{md_table(header, rows)}\n")
     _plot(out / "compare.png", cmp)
     print(format_compare(cmp))
     print(f"\nwrote {out}/compare.json, compare.md, compare.png")

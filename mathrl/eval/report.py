@@ -92,7 +92,7 @@ def format_table(summary: dict) -> str:
     return "\n".join(out)
 
 
-def _md_table(header: list[str], rows: list[list[str]]) -> str:
+def md_table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
@@ -114,7 +114,7 @@ def markdown_report(summary: dict) -> str:
                  f"seed {s['seed']})")
     lines += ["", "## Results (%)", ""]
     header, rows = _rows(summary, with_ci=True)
-    lines.append(_md_table(header, rows))
+    lines.append(md_table(header, rows))
     for bname, b in summary["benchmarks"].items():
         for key, groups in b.get("breakdown", {}).items():
             if not groups:
@@ -125,7 +125,7 @@ def markdown_report(summary: dict) -> str:
             for g, agg in groups.items():
                 rws.append([g, str(agg["problems"])] + [pct(agg["metrics"].get(n, {}).get("value")) for n in names]
                            + [f"{agg['mean_length']:.1f}", pct(agg["truncation_rate"])])
-            lines += ["", f"## {bname} by {key} (%)", "", _md_table(hdr, rws)]
+            lines += ["", f"## {bname} by {key} (%)", "", md_table(hdr, rws)]
     lines.append("")
     return "\n".join(lines)
 
@@ -159,7 +159,7 @@ def load_summary(run_dir: str | Path) -> dict:
     return json.loads(p.read_text())
 
 
-def _plt():
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
@@ -186,7 +186,7 @@ def _curve(summary: dict, kind: str) -> dict[str, tuple[list[int], list[float], 
 
 def write_plots(out_dir: str | Path, summary: dict) -> list[Path]:
     """pass@k vs k, maj@k vs k (log-2 k axis, shaded CI) and per-level accuracy; returns the PNG paths."""
-    plt = _plt()
+    plt = pyplot()
     out_dir = Path(out_dir)
     written = []
     for kind, fname, title in (("pass", "pass_at_k.png", "pass@k (unbiased)"),

@@ -158,9 +158,15 @@ def generate_records(engine, problems: Sequence, settings: EvalSettings, *, name
     rank, world = part
     prompts, tpl_stop = _render(problems, settings, engine.tokenizer)
     stop = tuple(dict.fromkeys(tpl_stop + settings.stop))
+    from mathrl.progress import Progress
+
     records: list[dict] = []
     t0 = time.time()
-    for j, (start, end) in enumerate(chunk_bounds(len(problems), settings, engine, world=world)):
+    bounds = chunk_bounds(len(problems), settings, engine, world=world)
+    mine = sum(end - start for j, (start, end) in enumerate(bounds) if j % world == rank)
+    bar = Progress(mine, f"[{name}] generating" if name else "generating", unit="problem",
+                   enabled=None if rank == 0 else False)
+    for j, (start, end) in enumerate(bounds):
         if j % world != rank:
             continue
         chunk = list(problems[start:end])
@@ -180,9 +186,12 @@ def generate_records(engine, problems: Sequence, settings: EvalSettings, *, name
             if greedy is not None:
                 rec["greedy"] = greedy[i][0]
             records.append(rec)
-        log(f"[{name}] generated {end}/{len(problems)} problems x {settings.n} samples"
-            f"{' + greedy' if settings.greedy else ''} ({time.time() - t0:.0f} s)"
-            + (f" on rank {rank} of {world}" if world > 1 else ""))
+        bar.update(end - start)
+        if not bar.enabled:  # the bar shows the same on a terminal
+            log(f"[{name}] generated {end}/{len(problems)} problems x {settings.n} samples"
+                f"{' + greedy' if settings.greedy else ''} ({time.time() - t0:.0f} s)"
+                + (f" on rank {rank} of {world}" if world > 1 else ""))
+    bar.close()
     return records
 
 

@@ -66,7 +66,7 @@ def evaluate_series(run_dir: Path, cfg, load_sets: Callable[[], list], *, out_di
     """
     import yaml
 
-    from mathrl.eval.cli import evaluate_model, settings_from_config
+    from mathrl.eval.evaluate import evaluate_model, settings_from_config
     from mathrl.eval.report import load_summary
 
     ckpts = find_checkpoints(run_dir)
@@ -139,9 +139,9 @@ def series_table(series: dict, markdown: bool = False) -> str:
 
 def write_series_plot(path: Path, series: dict) -> Path:
     """Each metric of each benchmark against the training step."""
-    from mathrl.eval.report import _plt
+    from mathrl.eval.report import pyplot
 
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     benches = sorted({b for pt in series["points"] for b in pt["benchmarks"]})
     for b in benches:

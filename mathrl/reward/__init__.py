@@ -9,8 +9,8 @@ Public API::
 
 Modules: ``extract`` (final-answer policy), ``normalize`` (cleaning + structure),
 ``equiv`` (equivalence rules), ``grader`` (in-process grading), ``pool`` (worker processes,
-timeouts), ``rewards`` (grade -> scalar), ``cli`` (``mathrl verify``), ``hostile`` (seeded
-generator of hostile model outputs for ``scripts/fuzz_verifier.py`` and the tests).
+timeouts), ``rewards`` (grade -> scalar), ``cli`` (``mathrl verify``). The hostile-output
+generator used to fuzz this package lives in :mod:`mathrl.testing.hostile`.
 """
 
 from mathrl.reward.api import grade, grade_batch

@@ -314,15 +314,15 @@ def nodes_equal(g, r, fast: bool = False) -> bool:
         if v is None and r.op == "=":
             v = Scalar(r.rhs)
         if v is not None:
-            from mathrl.reward.normalize import _parse
+            from mathrl.reward.normalize import parse_node
 
-            return nodes_equal(g, _parse(r.rhs, False, False, 1), fast)
+            return nodes_equal(g, parse_node(r.rhs, False, False, 1), fast)
         return False
     if isinstance(g, Relation) and not isinstance(r, Relation):
         if _relation_value(g) is not None:
-            from mathrl.reward.normalize import _parse
+            from mathrl.reward.normalize import parse_node
 
-            return nodes_equal(_parse(g.rhs, False, False, 1), r, fast)
+            return nodes_equal(parse_node(g.rhs, False, False, 1), r, fast)
         return False
     if isinstance(g, Relation) and isinstance(r, Relation):
         return _relations_equal(g, r, fast)

@@ -5,8 +5,9 @@ Policy (documented here, tested in tests/reward/test_extract.py):
 Explicit markers, in priority order (the first kind present wins; within a kind the *last*
 occurrence wins, so a self-correction later in the text overrides an earlier attempt):
 
-1. ``\\boxed{...}`` / ``\\fbox{...}`` (nested braces; also ``\\boxed 5``). An unclosed box (the
-   text was cut inside it) is ignored.
+1. ``\\boxed{...}`` / ``\\fbox{...}`` (nested braces; also the brace-less ``\\boxed 5``, which takes
+   the token up to the next space or ``$``: ``\\boxed -3/4$`` is ``-3/4``; see :mod:`mathrl.latex`).
+   An unclosed box (the text was cut inside it) is ignored.
 2. ``#### N`` (GSM8K style), up to the end of its line.
 3. A phrase: "final answer: X", "the final answer is X", "the answer is X", "Answer: X"; X runs to
    the end of the sentence or line (a decimal point is not a sentence end).
@@ -32,7 +33,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from mathrl.latex import matching_brace  # noqa: F401  (re-exported: part of this module's API)
+from mathrl.latex import Box, find_boxes, matching_brace  # noqa: F401  (matching_brace: re-exported API)
 
 __all__ = ["Extraction", "extract_answer", "find_boxed", "matching_brace"]
 
@@ -53,54 +54,11 @@ class Extraction:
     hedged: bool = False
 
 
-_BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*(\{)?")
-
-
-def _brace_map(text: str) -> dict[int, int]:
-    """Map each '{' index to its matching '}' index in one linear pass (escaped braces skipped)."""
-    stack: list[int] = []
-    pairs: dict[int, int] = {}
-    i = 0
-    n = len(text)
-    while i < n:
-        c = text[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "{":
-            stack.append(i)
-        elif c == "}" and stack:
-            pairs[stack.pop()] = i
-        i += 1
-    return pairs
-
-
-def find_boxed(text: str) -> list[tuple[int, int, str]]:
-    """All complete boxes as (start, end, content), in order; boxes nested in a box are skipped.
-    Linear time in len(text)."""
-    out: list[tuple[int, int, str]] = []
-    pairs: dict[int, int] | None = None
-    pos = 0
-    while True:
-        m = _BOX_RE.search(text, pos)
-        if m is None:
-            return out
-        if m.group(1) is not None:
-            if pairs is None:
-                pairs = _brace_map(text)
-            close = pairs.get(m.end() - 1, -1)
-            if close < 0:  # unclosed: cut inside the box
-                pos = m.end()
-                continue
-            out.append((m.start(), close + 1, text[m.end() : close].strip()))
-            pos = close + 1
-        else:  # \boxed 5 : a single token
-            t = re.match(r"\s*(-?[0-9A-Za-z.]{1,50})", text[m.end() : m.end() + 60])
-            if t:
-                out.append((m.start(), m.end() + t.end(), t.group(1).rstrip(".")))
-                pos = m.end() + t.end()
-            else:
-                pos = m.end()
+def find_boxed(text: str) -> list[Box]:
+    """All complete boxes as (start, end, content), in order; boxes nested in a box are skipped,
+    an unclosed box is ignored. Linear time in len(text). The scanner is
+    :func:`mathrl.latex.find_boxes` (shared with gold extraction and normalisation)."""
+    return find_boxes(text)
 
 
 _HASH_RE = re.compile(r"####\s*([^\n]*)")

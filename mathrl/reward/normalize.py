@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from mathrl.latex import matching_brace
+from mathrl.latex import last_box, matching_brace
 
 __all__ = [
     "Scalar",
@@ -184,16 +184,6 @@ def _unwrap_commands(s: str, names: tuple[str, ...], sep: str = "") -> str:
         content, end = arg
         s = s[: m.start()] + sep + content + sep + s[end:]
     return s
-
-
-def last_boxed_content(s: str) -> str | None:
-    m = None
-    for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", s):
-        pass
-    if m is None:
-        return None
-    arg = _brace_arg(s, m.end() - 1)
-    return arg[0] if arg else None
 
 
 # ----------------------------------------------------------------------------- guard
@@ -388,7 +378,7 @@ def clean(s: str) -> tuple[str, bool, bool]:
     and final periods. Percent and degree signs are removed and reported as flags.
     """
     s = s.strip()
-    inner = last_boxed_content(s)
+    inner = last_box(s)
     if inner is not None:
         s = inner
     for a, b in _UNICODE.items():
@@ -605,10 +595,10 @@ def parse_answer(s: str, _depth: int = 0):
     if _depth > 8:
         raise GuardError("answer structure nested too deeply")
     text, percent, degree = clean(s) if _depth == 0 else (s.strip(), False, False)
-    return _parse(text, percent, degree, _depth)
+    return parse_node(text, percent, degree, _depth)
 
 
-def _parse(s: str, percent: bool, degree: bool, depth: int):
+def parse_node(s: str, percent: bool, degree: bool, depth: int):
     s = s.strip()
     if depth > 8:
         raise GuardError("answer structure nested too deeply")
@@ -640,7 +630,7 @@ def _parse(s: str, percent: bool, degree: bool, depth: int):
         if len(inner_items) > 1:
             return Seq(s[0], s[-1], tuple(rec(p) for p in inner_items))
         if s[0] == "(" and s[-1] == ")":
-            return _parse(inner, percent, degree, depth + 1)
+            return parse_node(inner, percent, degree, depth + 1)
     # relations
     operands, ops = _relation_parts(s)
     if ops:
@@ -661,4 +651,4 @@ def _parse(s: str, percent: bool, degree: bool, depth: int):
 def _parse_item(s: str, percent: bool, degree: bool, depth: int):
     """Items inside a structure are cleaned again (each may carry its own units/%)."""
     t, p2, d2 = clean(s)
-    return _parse(t, percent or p2, degree or d2, depth)
+    return parse_node(t, percent or p2, degree or d2, depth)

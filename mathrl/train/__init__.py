@@ -1,5 +1,6 @@
-"""The RL loop, DeepSpeed engines, checkpoint/resume and metrics (DESIGN.md, ``train/``)."""
+"""The RL loop, DeepSpeed engines, checkpoint/resume and metrics (docs/architecture.md, ``train/``)."""
 
-from mathrl.train.loop import TrainingError, run
+from mathrl.train.checkpoint import TrainingError
+from mathrl.train.loop import run
 
 __all__ = ["TrainingError", "run"]

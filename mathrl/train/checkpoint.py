@@ -30,8 +30,16 @@ import json
 import os
 import re
 import shutil
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from mathrl.config import Config, ConfigError
+from mathrl.train.engines import DistInfo, all_gather_objects, all_ranks_ok, copy_weights, load_engine_checkpoint
+from mathrl.train.errors import CheckpointError, TrainingError  # noqa: F401 (part of this module's API)
+from mathrl.train.models import Models, full_state_dict, iterative_reference
+
 
 CKPT_RE = re.compile(r"^step_(\d{6,})$")
 MANIFEST = "MANIFEST.json"
@@ -59,10 +67,6 @@ def _fsync_tree(path: Path) -> None:
             os.fsync(dfd)
         finally:
             os.close(dfd)
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint cannot be trusted or written; the message names the file and what to do."""
 
 
 def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
@@ -238,3 +242,141 @@ def commit(tmp: Path, step: int, keep_last: int, extra: dict[str, Any] | None = 
 
 def read_state(folder: Path) -> dict[str, Any]:
     return json.loads((folder / STATE).read_text())
+
+
+# --------------------------------------------------------------------------- the trainer's checkpoints
+
+
+@dataclass
+class State:
+    step: int = 0
+    bad_steps: int = 0
+    ref_step: int = 0           # the policy step the reference model is a copy of (iterative RL)
+    save_failures: int = 0      # checkpoint writes that failed (train.on_save_error = warn)
+
+
+def save_checkpoint(cfg: Config, dist: DistInfo, models: Models, state: State, *, final: bool = False
+                    ) -> Path | None:
+    """Write a checkpoint atomically (see :mod:`mathrl.train.checkpoint`); returns its folder on the main rank.
+
+    A write that fails (disk full, permission denied, file too large: ``OSError``, or the
+    ``RuntimeError`` torch.save raises for the same causes) removes the
+    half-written temporary folder and leaves every earlier checkpoint intact. Then
+    ``train.on_save_error = 'warn'`` prints a warning and returns None (the next save tries
+    again), ``'stop'`` raises :class:`TrainingError`; a failed ``final`` save always raises.
+    """
+    import torch.distributed as tdist
+
+    from mathrl.train.faults import fault
+
+    tmp = ckpt_root(cfg.train.output_dir) / f".tmp-{step_dirname(state.step)}"
+    error: list[BaseException] = []
+
+    def attempt(write) -> Any:  # one write step of this rank, skipped once an earlier one failed
+        if error:
+            return None
+        try:
+            return write()
+        except Exception as exc:  # noqa: BLE001 - OSError, and what torch.save / safetensors raise on a
+            error.append(exc)     # failed write (RuntimeError "PytorchStreamWriter failed", SafetensorError)
+            return None
+
+    if dist.is_main:
+        attempt(lambda: begin(cfg.train.output_dir, state.step))
+    tdist.barrier()
+    # gathers are collectives: every rank runs them whatever happened to the writes
+    policy_sd = full_state_dict(models.policy)
+    critic_sd = full_state_dict(models.critic) if models.critic is not None else None
+    ref_sd = None
+    if iterative_reference(cfg, models) and state.ref_step > 0:  # at ref_step 0 the reference is the initial model
+        from mathrl.rollout import iter_full_parameters
+
+        ref_sd = {n: t.contiguous().clone() for n, t in iter_full_parameters(getattr(models.ref, "module", models.ref))}
+    attempt(lambda: models.policy.save_checkpoint(str(tmp / "ds_policy"), tag="state"))
+    if models.critic is not None:
+        attempt(lambda: models.critic.save_checkpoint(str(tmp / "ds_critic"), tag="state"))
+    fault("ckpt_write", state.step)
+
+    def write_main() -> None:
+        models.policy.module.save_pretrained(str(tmp / "policy"), state_dict=policy_sd, safe_serialization=True)
+        models.tokenizer.save_pretrained(str(tmp / "policy"))
+        if critic_sd is not None:
+            models.critic.module.save_pretrained(tmp / "critic", state_dict=critic_sd)
+        if ref_sd is not None:
+            from safetensors.torch import save_file
+
+            (tmp / "ref").mkdir()
+            save_file(ref_sd, str(tmp / "ref" / "model.safetensors"), metadata={"ref_step": str(state.ref_step)})
+        (tmp / STATE).write_text(json.dumps({"step": state.step, "bad_steps": state.bad_steps,
+                                                  "ref_step": state.ref_step,
+                                                  "world_size": dist.world_size, "config": cfg.to_dict()}))
+
+    if dist.is_main:
+        attempt(write_main)
+    done = None
+    if all_ranks_ok(not error):
+        # every rank fsyncs and hashes the files it wrote; rank 0 writes the manifest from them
+        own = attempt(lambda: hash_own_files(tmp, dist.rank, dist.world_size))
+        parts = all_gather_objects(own)
+        if dist.is_main and not error:
+            missing = [r for r, part in enumerate(parts) if part is None]
+            if missing:
+                error.append(CheckpointError(f"hashing the checkpoint files failed on rank(s) {missing}"))
+            else:
+                known = {rel: v for part in parts for rel, v in part.items()}
+                done = attempt(lambda: commit(tmp, state.step, cfg.train.keep_last, known=known))
+        if all_ranks_ok(not error):
+            tdist.barrier()
+            return done
+    # the write failed on some rank: drop the temporary folder, keep the earlier checkpoints
+    import shutil
+
+    if dist.is_main:
+        shutil.rmtree(tmp, ignore_errors=True)
+    tdist.barrier()
+    state.save_failures += 1
+    earlier = list_checkpoints(cfg.train.output_dir)
+    cause = f"{type(error[0]).__name__}: {error[0]}" if error else "it failed on another rank"
+    try:  # torch.save's messages rarely say why; the free space often does
+        cause += f"; {shutil.disk_usage(tmp.parent).free / 2**20:.0f} MiB free on that filesystem"
+    except OSError:
+        pass
+    msg = (f"step {state.step}: writing the checkpoint {tmp} failed ({cause}); "
+           + (f"the previous checkpoint {earlier[-1][1]} is intact" if earlier else "no earlier checkpoint exists"))
+    if final or cfg.train.on_save_error == "stop":
+        raise TrainingError(msg + ". Free disk space or fix the folder's permissions, then run again with "
+                            "--resume auto" + (" (the final weights could not be saved)" if final else ""))
+    if dist.is_main:
+        print(f"mathrl: warning: {msg}; training continues and the next save tries again "
+              "(train.on_save_error=warn)", file=sys.stderr, flush=True)
+    return None
+
+
+def load_checkpoint(folder: Path, models: Models, state: State) -> None:
+    """Restore weights, optimizer, scheduler and counters; every file is first checked against the
+    manifest's SHA-256 and DeepSpeed's pickles are read with ``weights_only=True``."""
+    import torch.distributed as tdist
+
+    refused: CheckpointError | None = None
+    rank, world = (tdist.get_rank(), tdist.get_world_size()) if tdist.is_initialized() else (0, 1)
+    try:  # each rank hashes the files it owns (its ZeRO shards; rank 0 the rest)
+        verify(folder, rank, world)
+    except CheckpointError as exc:
+        refused = exc
+    if not all_ranks_ok(refused is None):
+        raise refused or CheckpointError(f"{folder}: refused by another rank (its message names the file)")
+    load_engine_checkpoint(models.policy, str(folder / "ds_policy"), load_module_strict=True)
+    if models.critic is not None:
+        load_engine_checkpoint(models.critic, str(folder / "ds_critic"))
+    saved = read_state(folder)
+    state.step = int(saved["step"])
+    state.bad_steps = int(saved.get("bad_steps", 0))
+    state.ref_step = int(saved.get("ref_step", 0))
+    ref_file = folder / "ref" / "model.safetensors"
+    if models.ref is not None and state.ref_step > 0:
+        if not ref_file.is_file():
+            raise ConfigError(f"{folder}: the reference model was reset at step {state.ref_step} (iterative RL) but "
+                              f"{ref_file} is missing; the checkpoint cannot restore the KL anchor")
+        from safetensors.torch import load_file
+
+        copy_weights(models.ref, load_file(str(ref_file)).items())

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from mathrl.algo.losses import logprobs_and_entropy_from_logits, logprobs_from_logits
+from mathrl.algo.logprobs import logprobs_and_entropy_from_logits, logprobs_from_logits
 
 
 import inspect

@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mathrl.procs import child_pids
+
 CONSOLE_KEYS = [("reward/mean", "reward", "{:.3f}"), ("reward/accuracy", "acc", "{:.3f}"),
                 ("kl/mean", "kl", "{:.4f}"), ("response/length_mean", "len", "{:.0f}"),
                 ("time/step", "s/step", "{:.1f}")]
@@ -33,6 +35,7 @@ class MetricsLogger:
                  log_every: int = 1):
         self.enabled = enabled
         self.path = Path(output_dir) / "metrics.jsonl"
+        self.samples_path = Path(output_dir) / "rollouts.jsonl"
         self.log_every = log_every
         self.total = total_steps
         self.console = console
@@ -61,22 +64,8 @@ class MetricsLogger:
                 print("mathrl: wandb is not installed; skipping Weights & Biases", file=sys.stderr)
 
     def _truncate(self, resume_step: int | None) -> None:
-        if not self.path.exists():
-            return
-        if resume_step is None:
-            self.path.unlink()
-            return
-        keep = []
-        for line in self.path.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue  # a line torn by a crash
-            if rec.get("step", 0) <= resume_step:
-                keep.append(line)
-        tmp = self.path.with_name(self.path.name + ".tmp")  # a crash here must not lose the log
-        tmp.write_text("".join(k + "\n" for k in keep))
-        os.replace(tmp, self.path)
+        truncate_log(self.path, resume_step)
+        truncate_log(self.samples_path, resume_step)
 
     def log(self, step: int, metrics: dict[str, float], event: str | None = None) -> None:
         if not self.enabled:
@@ -105,6 +94,19 @@ class MetricsLogger:
                     parts.append(f"{short} {fmt.format(metrics[key])}")
             print(" | ".join(parts), flush=True)
 
+    def log_samples(self, step: int, records: list[dict[str, Any]], show: bool = False) -> None:
+        """Append a step's sampled completions to ``rollouts.jsonl``; with ``show``, print them as a table."""
+        if not self.enabled or not records:
+            return
+        try:
+            with open(self.samples_path, "a") as fh:
+                fh.write("".join(json.dumps({"step": step, **{k: _clean(v) for k, v in r.items()}}) + "\n"
+                                 for r in records))
+        except OSError as exc:
+            print(f"mathrl: warning: could not append to {self.samples_path} ({exc})", file=sys.stderr, flush=True)
+        if show:
+            print(samples_table(step, records), flush=True)
+
     def close(self) -> None:
         if not self.enabled:
             return
@@ -113,6 +115,44 @@ class MetricsLogger:
             self._tb.close()
         if self._wandb is not None:
             self._wandb.finish()
+
+
+def truncate_log(path: Path, resume_step: int | None) -> None:
+    """Make a JSON Lines log (one ``"step"`` per record) that of the resumed run: without a resume the
+    old file goes; on resume the records after ``resume_step`` go (lines torn by a crash too), atomically."""
+    if not path.exists():
+        return
+    if resume_step is None:
+        path.unlink()
+        return
+    keep = []
+    for line in path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue  # a line torn by a crash
+        if rec.get("step", 0) <= resume_step:
+            keep.append(line)
+    tmp = path.with_name(path.name + ".tmp")  # a crash here must not lose the log
+    tmp.write_text("".join(k + "\n" for k in keep))
+    os.replace(tmp, path)
+
+
+def _short(text: Any, width: int) -> str:
+    s = " ".join(str(text).split())
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def samples_table(step: int, records: list[dict[str, Any]], width: int = 48) -> str:
+    """A plain-text table of sampled completions (the end of the prompt, the response, the answers)."""
+    head = ["prompt (end)", "response", "answer", "gold", "reward", "adv"]
+    rows = [[_short(str(r.get("prompt", ""))[-width:], width // 2), _short(r.get("response", ""), width),
+             _short(r.get("extracted"), 12), _short(r.get("gold"), 12), f"{r.get('reward', 0.0):.2f}",
+             f"{r.get('advantage', 0.0):+.2f}"] for r in records]
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
+    line = lambda cells: " | ".join(c.ljust(w) for c, w in zip(cells, widths))  # noqa: E731
+    out = [f"samples of step {step}:", line(head), "-+-".join("-" * w for w in widths)]
+    return "\n".join(out + [line(r) for r in rows])
 
 
 def process_stats() -> dict[str, float]:
@@ -126,16 +166,7 @@ def process_stats() -> dict[str, float]:
                     out["sys/rss_mb"] = int(line.split()[1]) / 1024
                     break
         out["sys/open_fds"] = float(len(os.listdir("/proc/self/fd")))
-        me = str(os.getpid())
-        kids = 0
-        for pid in os.listdir("/proc"):
-            if pid.isdigit():
-                try:
-                    with open(f"/proc/{pid}/stat") as fh:
-                        kids += fh.read().rsplit(")", 1)[1].split()[1] == me
-                except OSError:
-                    continue
-        out["sys/children"] = float(kids)
+        out["sys/children"] = float(len(child_pids(zombies=True)))
     except OSError:  # not Linux: peak RSS only
         import resource
 

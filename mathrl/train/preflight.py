@@ -7,7 +7,7 @@ of a run it costs the run. :func:`preflight` runs first in
 any model weights -- and reads only small files:
 
 1. the DeepSpeed JSON (``deepspeed.config_path``): valid JSON, batch sizes that
-   multiply out for this world size (:func:`mathrl.train.engines.check_batch_sizes`);
+   multiply out for this world size (:func:`mathrl.train.ds_json.check_batch_sizes`);
 2. the model specs (``model.name``, and ``model.ref_model`` / ``model.critic_model``
    when they are used): an existing folder with ``config.json``, ``embedded``, or a
    hub id;
@@ -86,7 +86,7 @@ def world_size() -> int:
 
 def check_deepspeed_json(cfg: Config, world: int) -> None:
     """``deepspeed.config_path``: readable JSON whose batch sizes multiply out for ``world`` processes."""
-    from mathrl.train.engines import check_batch_sizes, read_ds_json
+    from mathrl.train.ds_json import check_batch_sizes, read_ds_json
 
     path = cfg.deepspeed.config_path
     if path is None:
@@ -185,7 +185,7 @@ def _quiet_data_log() -> Iterator[None]:
 
 def check_training_data(cfg: Config) -> list:
     """Load the training problems exactly as the trainer will (every row of a local file is mapped)."""
-    from mathrl.train.loop import load_training_problems
+    from mathrl.data.splits import load_training_problems
 
     with _quiet_data_log():
         return load_training_problems(cfg)
@@ -193,7 +193,7 @@ def check_training_data(cfg: Config) -> list:
 
 def check_eval_data(cfg: Config) -> list:
     """Load the held-out problems of the before/after evaluation (``data.eval_*``)."""
-    from mathrl.eval.benchmarks import heldout_problems
+    from mathrl.data.splits import heldout_problems
 
     with _quiet_data_log():
         return heldout_problems(cfg)[1]

@@ -14,7 +14,7 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 def digit_model_dir(tmp_path_factory) -> Path:
     from _ablate_tasks import digit_tokenizer
 
-    from mathrl.models.tiny import build_tiny_model
+    from mathrl.testing.tiny import build_tiny_model
 
     path = tmp_path_factory.mktemp("ablate_digit_model")
     tok = digit_tokenizer()

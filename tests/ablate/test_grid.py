@@ -11,7 +11,7 @@ import yaml
 from _ablate_tasks import digit_problems, first_digit_grader, first_digit_reward
 
 from mathrl.ablate import Task, run_study
-from mathrl.ablate.driver import DONE, TRAINED
+from mathrl.ablate.study import DONE, TRAINED
 
 
 def _study(tmp_path, model_dir) -> tuple:

@@ -130,7 +130,7 @@ def test_prompt_token_targets_get_no_gradient(digit_model):
     logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids).logits
     logits.retain_grad()
     # the trainer's indexing: logit P-1+t scores response token t
-    from mathrl.algo.losses import logprobs_from_logits
+    from mathrl.algo.logprobs import logprobs_from_logits
 
     logp = logprobs_from_logits(logits[:, mb.P - 1:-1], mb.response_ids, mask=mb.response_mask)
     sft_loss(logp, mb.response_mask).backward()

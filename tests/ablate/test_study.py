@@ -158,7 +158,7 @@ def test_offline_rft_trains_on_samples_of_the_initial_model(tmp_path, digit_mode
     # without its samples, a resumed offline RFT run refuses to continue
     (part / "rft_pool.rank0.safetensors").unlink()
     shutil.rmtree(part / "checkpoints" / "step_000003")
-    from mathrl.train.loop import TrainingError
+    from mathrl.train.checkpoint import TrainingError
 
     with pytest.raises(TrainingError, match="rft_pool.rank0.safetensors\) are missing"):
         run_method("rft", cfg, rft_opts={"dedup": False}, task=task)

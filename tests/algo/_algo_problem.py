@@ -7,13 +7,8 @@ import torch
 
 from mathrl.algo.advantages import broadcast_to_tokens, gae, grpo, token_level_rewards
 from mathrl.algo.kl import estimate
-from mathrl.algo.losses import (
-    agg_loss,
-    entropy_from_logits,
-    logprobs_from_logits,
-    policy_loss,
-    value_loss,
-)
+from mathrl.algo.logprobs import entropy_from_logits, logprobs_from_logits
+from mathrl.algo.losses import agg_loss, policy_loss, value_loss
 
 MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 N, T, D, V = 8, 7, 5, 11

@@ -7,16 +7,8 @@ import math
 import pytest
 import torch
 
-from mathrl.algo.losses import (
-    LOSS_AGG_MODES,
-    agg_loss,
-    entropy_from_logits,
-    global_normalizers,
-    logprobs_and_entropy_from_logits,
-    logprobs_from_logits,
-    policy_loss,
-    value_loss,
-)
+from mathrl.algo.logprobs import entropy_from_logits, logprobs_and_entropy_from_logits, logprobs_from_logits
+from mathrl.algo.losses import LOSS_AGG_MODES, agg_loss, global_normalizers, policy_loss, value_loss
 
 t = torch.tensor
 

@@ -1,4 +1,4 @@
-"""The benchmark scripts of issue 9: scripts/bench_vs_trl.py and scripts/bench_gpu.py.
+"""The benchmark scripts: scripts/bench_vs_trl.py and scripts/bench_gpu.py.
 
 * The FLOPs formula of bench_gpu (used for MFU) against torch's own FLOP counter on a small
   Qwen2-shaped model: forward, forward + backward, a cached prefix, and mathrl's shared-prompt
@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from mathrl_testenv import require, require_import
+from mathrl_testenv import SHARED_DATA, require, require_import
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "scripts"
-GSM8K = REPO.parent / "shared" / "data" / "gsm8k" / "train.jsonl"
+GSM8K = SHARED_DATA / "gsm8k" / "train.jsonl"
 
 
 def _load(name: str):

@@ -1,4 +1,4 @@
-"""The GPU check of issue 15 (scripts/gpu_check.sh, gpu_check.py, gpu_wheelhouse.sh), on CPU.
+"""The GPU check (scripts/gpu_check.sh, gpu_check.py, gpu_wheelhouse.sh), on CPU.
 
 * both shell scripts parse (``bash -n``); the wheelhouse builder downloads, so it is not run here;
 * gpu_check.sh without a wheelhouse, on a Python that lacks DeepSpeed (a shim on PYTHONPATH whose
@@ -10,20 +10,20 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from mathrl.procs import without_dist_env
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "scripts"
-DIST_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
 def _env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in DIST_VARS}
+    env = without_dist_env()
     env.update(OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", DS_ACCELERATOR="cpu",
                PYTHON=sys.executable, **extra)
     return env

@@ -6,9 +6,9 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+from mathrl_testenv import SHARED_DATA as SHARED
 from mathrl_testenv import require
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 

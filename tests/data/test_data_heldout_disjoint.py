@@ -1,4 +1,4 @@
-"""The synthetic held-out set shares no arithmetic fact with any training stream a run can draw (issue 14).
+"""The synthetic held-out set shares no arithmetic fact with any training stream a run can draw.
 
 A fact is one step of a problem's expression: its two operands and its operator,
 ``+`` and ``*`` canonicalised (``3 + 4`` is ``4 + 3``). The facts are read back
@@ -20,7 +20,7 @@ import pytest
 from mathrl.config import ConfigError, load_config
 from mathrl.data import load_problems
 from mathrl.data.synthetic import LEVELS, _draw_chain, _render, generate
-from mathrl.eval.benchmarks import heldout_problems
+from mathrl.data.splits import heldout_problems
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "configs" / "demo.yaml"
@@ -63,7 +63,7 @@ def _expressions(problems) -> list[str]:
 
 
 def _old_stream(n: int, level: int, seed: int, split: str) -> list[str]:
-    """The generator's behaviour before issue 14: every valid chain, no fact partition, repeats allowed."""
+    """The generator's behaviour before the fact partition: every valid chain, no fact partition, repeats allowed."""
     rng = random.Random(f"mathrl-synthetic/{split}/L{level}/seed{seed}")
     out: list[str] = []
     while len(out) < n:
@@ -104,7 +104,7 @@ def test_checker_flags_the_old_generator() -> None:
 
 def _run_streams(level: int, seed: int, size: int) -> tuple[list[str], list[str]]:
     """(training stream, held-out set) that a run of the demo config at ``level`` and ``seed`` draws."""
-    from mathrl.train.loop import load_training_problems
+    from mathrl.data.splits import load_training_problems
 
     try:
         cfg = load_config(DEMO, [f"data.synthetic_level={level}", f"train.seed={seed}",

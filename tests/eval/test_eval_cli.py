@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory, embedded_model_path):
     from mathrl.models import load_tokenizer
-    from mathrl.models.tiny import save_tiny_model
+    from mathrl.testing.tiny import save_tiny_model
 
     d = tmp_path_factory.mktemp("tiny") / "model"
     save_tiny_model(d, load_tokenizer(str(embedded_model_path)), seed=0)
@@ -81,7 +81,7 @@ def test_config_mode_uses_heldout_synthetic_set_and_series(tiny_dir, tmp_path, c
 
 def test_heldout_set_of_demo_config_is_disjoint_from_training():
     from mathrl.data.synthetic import generate
-    from mathrl.eval.benchmarks import heldout_problems
+    from mathrl.data.splits import heldout_problems
 
     cfg = load_config(REPO / "configs" / "demo.yaml")
     name, problems = heldout_problems(cfg)

@@ -1,15 +1,14 @@
-"""Hostile model output (issue 10): the verifier and the reward path survive anything a policy
+"""Hostile model output: the verifier and the reward path survive anything a policy
 can emit -- no exception, no hang past the timeout, bounded memory, no leftover workers -- and a
 hostile string is never graded correct against an unrelated gold.
 
-CI-sized: the named cases of every category, 2,000 generated cases (mathrl.reward.hostile) and
+CI-sized: the named cases of every category, 2,000 generated cases (mathrl.testing.hostile) and
 a bounded hypothesis run, all through the real worker pool with real SIGKILL timeouts. The
 100,000-case soak is ``scripts/fuzz_verifier.py``.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import random
 import re
@@ -27,9 +26,11 @@ from mathrl.reward import REASONS, Grade, compute_rewards, grade_batch, shutdown
 from mathrl.reward.equiv import _BASE_RE, equivalent
 from mathrl.reward.extract import extract_answer
 from mathrl.reward.grader import fast_grade
-from mathrl.reward.hostile import CATEGORIES, UNRELATED_GOLDS, HostileCase, generate, make_case, named_cases
+from mathrl.testing.fuzz import case_violations
+from mathrl.testing.hostile import CATEGORIES, UNRELATED_GOLDS, HostileCase, generate, make_case, named_cases
 from mathrl.reward.normalize import GuardError, guard
 from mathrl.reward.pool import get_pool
+from mathrl.procs import child_processes, cmdline, proc_state, status_kb
 
 WORKERS = 2
 TIMEOUT = 1.0  # short, so the cases that do time out (integrals) cost little; the pool kills at it
@@ -40,37 +41,10 @@ WORKER_RSS_MB = 2560  # workers cap their address space at imports + 2048 MiB
 TERMS = {"correctness": {}, "format": {"bonus": 0.1}, "length": {"max_length": 4096}}
 
 
-def _kb(pid, key: str) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
 def _worker_children(include_zombies: bool = True) -> list[tuple[int, str]]:
     """(pid, state) of this process's children that run the grading worker."""
-    me = os.getpid()
-    out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                stat = f.read()
-            fields = stat[stat.rindex(")") + 2 :].split()
-            if int(fields[1]) != me:
-                continue
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                cmd = f.read()
-        except (OSError, ValueError):
-            continue
-        if b"mathrl.reward._worker" in cmd or (include_zombies and fields[0] == "Z"):
-            out.append((int(d), fields[0]))
-    return out
+    return [(pid, state) for pid, state in child_processes()
+            if b"mathrl.reward._worker" in cmdline(pid) or (include_zombies and state == "Z")]
 
 
 def _check(cases: list[HostileCase], timeout: float = TIMEOUT) -> tuple[list[Grade], list[float], float]:
@@ -85,13 +59,8 @@ def _check(cases: list[HostileCase], timeout: float = TIMEOUT) -> tuple[list[Gra
     wall = time.perf_counter() - t0
     assert len(grades) == len(rewards) == len(durations) == len(cases)
     for c, g, r, d in zip(cases, grades, rewards, durations):
-        where = f"{c.category}: {ascii(c.response[:120])} vs {ascii(c.gold[:60])}"
-        assert isinstance(g, Grade) and g.reason in REASONS, where
-        assert isinstance(g.correct, bool) and (g.extracted is None or isinstance(g.extracted, str)), where
-        assert not (g.correct and c.unrelated), f"graded correct against an unrelated gold: {where}"
-        assert not (g.correct and g.reason != "ok"), where
-        assert isinstance(r, float) and math.isfinite(r), where
-        assert d <= timeout + SLACK + PARENT_MAX_S, f"{d:.2f} s > timeout {timeout} s: {where}"
+        violations = case_violations(c, g, r, d, max_duration=timeout + SLACK + PARENT_MAX_S)
+        assert not violations, violations
     # the whole batch: never more than (cases / workers) * timeout, plus start-up slack
     assert wall <= len(cases) / WORKERS * timeout + 30.0
     return grades, durations, wall
@@ -179,12 +148,7 @@ def test_busy_workers_exit_when_the_parent_is_killed():
     assert len(pids) == 2
 
     def alive(pid: int) -> bool:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                stat = f.read()
-        except OSError:
-            return False
-        return stat[stat.rindex(")") + 2] != "Z"
+        return proc_state(pid) not in (None, "Z")
 
     deadline = time.monotonic() + 10.0
     while time.monotonic() < deadline and any(alive(p) for p in pids):
@@ -200,8 +164,8 @@ def test_generated_hostile_cases_survive_with_bounded_memory():
     assert cats == set(CATEGORIES)
     grades, durations, wall = _check(cases)
     assert sum(g.reason == "timeout" for g in grades) <= 0.02 * len(cases)
-    parent_mb = _kb("self", "VmRSS") / 1024
-    worker_mb = max(_kb(w.proc.pid, "VmHWM") for w in get_pool()._workers) / 1024
+    parent_mb = status_kb("self", "VmRSS") / 1024
+    worker_mb = max(status_kb(w.proc.pid, "VmHWM") for w in get_pool()._workers) / 1024
     assert parent_mb < PARENT_RSS_MB, f"parent RSS {parent_mb:.0f} MB"
     assert worker_mb < WORKER_RSS_MB, f"worker peak RSS {worker_mb:.0f} MB"
 

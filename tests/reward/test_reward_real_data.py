@@ -1,4 +1,4 @@
-"""Real benchmark golds (skipped when ../shared/data is absent; a failure under MATHRL_REQUIRE_ALL=1)."""
+"""Real benchmark golds (skipped when the data folder, $MATHRL_DATA or ../shared/data, is absent; a failure under MATHRL_REQUIRE_ALL=1)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import sys
 from pathlib import Path
 
 from mathrl.reward import grade_batch
+from mathrl_testenv import SHARED_DATA as DATA
 from mathrl_testenv import require
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 MATH500 = DATA / "math500" / "test.jsonl"
 GSM8K = DATA / "gsm8k" / "test.jsonl"
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))

@@ -21,7 +21,7 @@ def smollm2_path() -> str:
 
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory, tokenizer) -> str:
-    from mathrl.models.tiny import save_tiny_model
+    from mathrl.testing.tiny import save_tiny_model
 
     return str(save_tiny_model(tmp_path_factory.mktemp("tiny") / "model", tokenizer, seed=0))
 

@@ -135,7 +135,7 @@ def test_train_step_call_order(tiny_dir, tmp_path, monkeypatch, schedule):
 def test_make_rollout_passes_the_rollout_settings(monkeypatch):
     import mathrl.rollout as rollout_pkg
     from mathrl.config import load_config
-    from mathrl.train.loop import make_rollout
+    from mathrl.train.models import make_rollout
 
     seen = {}
     monkeypatch.setattr(rollout_pkg, "resolve_backend", lambda backend, py=None: ("vllm", "test"))
@@ -155,7 +155,7 @@ def test_make_rollout_passes_the_rollout_settings(monkeypatch):
     make_rollout(cfg, models)
     import torch
 
-    from mathrl.train.loop import resolve_dtype
+    from mathrl.train.engines import resolve_dtype
 
     assert seen["seed"] == cfg.train.seed
     assert seen["dtype"] == ("float32" if resolve_dtype(cfg.model.dtype) == torch.float32 else "bfloat16")

@@ -19,7 +19,7 @@ SCRIPT = textwrap.dedent("""
     os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     import deepspeed
     from mathrl.models import load_tokenizer
-    from mathrl.models.tiny import build_tiny_model
+    from mathrl.testing.tiny import build_tiny_model
     from mathrl.rollout import SamplingConfig, iter_full_parameters
     from mathrl.rollout.hf import HFRolloutEngine
 

@@ -4,7 +4,7 @@ fixed batch whose responses have clearly different lengths (2..12 tokens).
 For every ZeRO stage (1, 2, 3), loss aggregation, token budget (1, 2 or 4 micro-batches at world size
 1; at world size 2 rank 0 holds the long responses and needs 2 micro-batches, rank 1 only 1) and
 normaliser ("global" = mathrl's; "per_micro" = a mutated trainer with the classic per-micro-batch
-token mean, the negative control), it builds the policy, runs ``_update_policy`` on this rank's share
+token mean, the negative control), it builds the policy, runs ``update_policy`` on this rank's share
 and rank 0 saves the parameter change.
 
 Usage: torchrun --nproc_per_node {1,2} _norm_update.py MODEL_DIR OUT.pt
@@ -18,7 +18,8 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 import torch  # noqa: E402
 
-import mathrl.train.loop as loop  # noqa: E402
+import mathrl.train.models as tm  # noqa: E402
+import mathrl.train.update as tu  # noqa: E402
 from mathrl.algo.losses import global_normalizers  # noqa: E402
 from mathrl.config import load_config  # noqa: E402
 from mathrl.train.engines import init_distributed  # noqa: E402
@@ -59,7 +60,7 @@ def make_batch():
 def per_micro_mutation(n_micro: int, world: int):
     """The classic (wrong) normaliser: each micro-batch's own token/sequence count, averaged over the
     micro-batches of this rank and (by DeepSpeed) over ranks."""
-    real = loop.policy_loss, loop.agg_loss
+    real = tu.policy_loss, tu.agg_loss
 
     def fix(kw, m):
         kw = dict(kw)
@@ -85,7 +86,7 @@ def main() -> None:
     rows = (groups[:, None] * G + torch.arange(G)[None, :]).flatten()
     budgets = BUDGETS_WS1 if dist.world_size == 1 else {"ws2": BUDGET_WS2}
     results, plans = {}, {}
-    originals = loop.policy_loss, loop.agg_loss
+    originals = tu.policy_loss, tu.agg_loss
     for stage in STAGES:
         for agg in AGGS:
             for label, budget in budgets.items():
@@ -94,24 +95,24 @@ def main() -> None:
                         f"model.name={model_dir}", f"rollout.n={G}", f"train.batch_size={len(PROMPT_LENS)}",
                         "train.lr=1.0", "train.max_grad_norm=0", "algo.kl_coef=0.1", "algo.entropy_coef=0.01",
                         f"algo.loss_agg={agg}", f"deepspeed.zero_stage={stage}", f"train.micro_batch_tokens={budget}"])
-                    models = loop.build_models(cfg, dist, total_steps=1)
+                    models = tm.build_models(cfg, dist, total_steps=1)
                     # Adam's first step is lr * g / (|g| + eps): with eps = 1 and lr = 1 it is ~ g itself,
                     # so the weight change compares the gradients, not their signs
                     for group in models.policy.optimizer.param_groups:
                         group["eps"] = 1.0
-                    before = loop._full_state_dict(models.policy)  # a collective under ZeRO-3; None off rank 0
+                    before = tm.full_state_dict(models.policy)  # a collective under ZeRO-3; None off rank 0
                     before = {k: v.clone() for k, v in before.items()} if dist.is_main else None
-                    plan = plan_micro_batches(batch.prompt_mask, mask, budget, rows, group_size=loop.group_share(cfg))
+                    plan = plan_micro_batches(batch.prompt_mask, mask, budget, rows, group_size=tu.group_share(cfg))
                     norms = global_normalizers([mask[r] for r in plan])
                     if mode == "per_micro":
-                        loop.policy_loss, loop.agg_loss = per_micro_mutation(len(plan), dist.world_size)
+                        tu.policy_loss, tu.agg_loss = per_micro_mutation(len(plan), dist.world_size)
                     try:
-                        problem = loop._update_policy(cfg, dist, models, batch, agreed_plan(plan, G), mask, adv,
-                                                      None, ref_logp, norms, 16.0, 1.0, {})
+                        tb = tu.TrainBatch(batch=batch, mask=mask, advantages=adv, ref_logp=ref_logp, norm_const=16.0)
+                        problem = tu.update_policy(cfg, dist, models, tb, agreed_plan(plan, G), norms, {})
                     finally:
-                        loop.policy_loss, loop.agg_loss = originals
+                        tu.policy_loss, tu.agg_loss = originals
                     assert problem is None, problem
-                    after = loop._full_state_dict(models.policy)
+                    after = tm.full_state_dict(models.policy)
                     key = (stage, agg, label, mode)
                     plans[key] = len(plan)
                     if dist.is_main:

@@ -18,7 +18,8 @@ import torch  # noqa: E402
 
 from mathrl.config import load_config  # noqa: E402
 from mathrl.train import checkpoint as ckpt  # noqa: E402
-from mathrl.train.loop import TrainingError, run  # noqa: E402
+from mathrl.train.checkpoint import TrainingError  # noqa: E402
+from mathrl.train.loop import run  # noqa: E402
 
 
 def main() -> int:

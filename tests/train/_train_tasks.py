@@ -43,3 +43,28 @@ def crash_copy(full, part, keep_step: int) -> None:
     log = Path(part) / "metrics.jsonl"
     rows = [line for line in log.read_text().splitlines() if json.loads(line).get("step", 0) <= keep_step]
     log.write_text("".join(r + "\n" for r in rows))
+
+
+def torchrun(script, args, ws: int, timeout: int = 420) -> tuple[int, str]:
+    """Launch ``script args`` on ``ws`` local ranks with torchrun (``OMP_NUM_THREADS=1``); returns the exit
+    code and the log. A hang (the ranks disagree on the collectives) fails the test after ``timeout``."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import pytest
+
+    from mathrl.train.engines import _free_port
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ws), "--master_port",
+           str(_free_port()), str(script), *map(str, args)]
+    proc = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        log, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        log, _ = proc.communicate()
+        pytest.fail(f"world size {ws}: no result after {timeout} s (ranks hang in a collective?)\n{log[-3000:]}")
+    return proc.returncode, log

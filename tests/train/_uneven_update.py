@@ -20,6 +20,9 @@ import torch  # noqa: E402
 import torch.distributed as tdist  # noqa: E402
 
 import mathrl.train.loop as loop  # noqa: E402
+import mathrl.train.models as tm  # noqa: E402
+import mathrl.train.update as tu  # noqa: E402
+from mathrl.train.forward import batch_logprobs  # noqa: E402
 from mathrl.algo.losses import global_normalizers  # noqa: E402
 from mathrl.config import load_config  # noqa: E402
 from mathrl.data import load_problems, render_prompt  # noqa: E402
@@ -50,7 +53,7 @@ def main() -> None:
             "train.max_grad_norm=0", "algo.kl_coef=0.04", "algo.entropy_coef=0.01", "algo.ppo_epochs=2",
             "data.template=chat_boxed_oneshot", f"deepspeed.zero_stage={stage}", "reward.function=correctness_format",
             "reward.format_bonus=0.2"])
-        models = loop.build_models(cfg, dist, total_steps=1)
+        models = tm.build_models(cfg, dist, total_steps=1)
         for group in models.policy.optimizer.param_groups:
             group["eps"] = 1.0  # Adam's step ~ lr * g: the change compares gradients, not their signs
         if sampler is None:
@@ -68,9 +71,9 @@ def main() -> None:
             shares = [sorted(order[:2]), sorted(order[2:])] if dist.world_size == 2 else [list(range(B))]
             budget = group_cost(batch.prompt_mask, mask, order[2:])
         advantages, _ = loop.compute_advantages(cfg, scores, batch.group_index, mask, None, None)
-        before = loop._full_state_dict(models.policy)
+        before = tm.full_state_dict(models.policy)
         before = {k: v.clone() for k, v in before.items()} if dist.is_main else None
-        gs = loop.group_share(cfg)
+        gs = tu.group_share(cfg)
         fwd = dict(token_budget=budget, temperature=1.0, device="cpu", group_size=gs)
         mine = torch.as_tensor(shares[dist.rank])
         rows = (mine[:, None] * G + torch.arange(G)[None, :]).flatten()
@@ -78,17 +81,18 @@ def main() -> None:
         # no-grad forwards over this rank's rows (ZeRO-3 gathers parameters inside each one)
         old = torch.zeros_like(batch.logprobs)
         ref = torch.zeros_like(batch.logprobs)
-        old[rows] = loop.batch_logprobs(models.policy.module, pids, pmask, rids, mask[rows], **fwd)
-        ref[rows] = loop.batch_logprobs(models.ref, pids, pmask, rids, mask[rows], **fwd)
+        old[rows] = batch_logprobs(models.policy.module, pids, pmask, rids, mask[rows], **fwd)
+        ref[rows] = batch_logprobs(models.ref, pids, pmask, rids, mask[rows], **fwd)
         n_micro = []
         for _epoch in range(cfg.algo.ppo_epochs):
             plan = plan_micro_batches(batch.prompt_mask, mask, budget, rows, group_size=gs)
             n_micro.append(len(plan))
             norms = global_normalizers([mask[r] for r in plan])
-            problem = loop._update_policy(cfg, dist, models, batch, agreed_plan(plan, gs), mask, advantages, old,
-                                          ref, norms, float(MAX_TOKENS), 1.0, {})
+            tb = tu.TrainBatch(batch=batch, mask=mask, advantages=advantages, old_logp=old, ref_logp=ref,
+                               norm_const=float(MAX_TOKENS))
+            problem = tu.update_policy(cfg, dist, models, tb, agreed_plan(plan, gs), norms, {})
             assert problem is None, problem
-        after = loop._full_state_dict(models.policy)
+        after = tm.full_state_dict(models.policy)
         if dist.is_main:
             results[stage] = {k: after[k].float() - before[k].float() for k in before}
         counts[stage] = n_micro

@@ -9,7 +9,7 @@ from _train_tasks import digit_tokenizer
 
 
 def _save_digit_model(path: Path, hidden_size: int) -> Path:
-    from mathrl.models.tiny import build_tiny_model
+    from mathrl.testing.tiny import build_tiny_model
 
     tok = digit_tokenizer()
     build_tiny_model(tok, seed=0, hidden_size=hidden_size).save_pretrained(str(path))
@@ -31,6 +31,6 @@ def digit_model_dir_vllm(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, tokenizer) -> Path:
     """A tiny random Llama with SmolLM2's tokenizer, saved as a Hugging Face folder."""
-    from mathrl.models.tiny import save_tiny_model
+    from mathrl.testing.tiny import save_tiny_model
 
     return save_tiny_model(tmp_path_factory.mktemp("tiny") / "model", tokenizer, seed=0)

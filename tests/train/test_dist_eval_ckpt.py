@@ -1,4 +1,4 @@
-"""Rank-0-only work that outlasts the collective timeout (issue 15, item 7), with two gloo ranks:
+"""Rank-0-only work that outlasts the collective timeout, with two gloo ranks:
 
 * held-out evaluation is split across the ranks by chunks and gathered: the report (metrics and every
   per-sample record) is identical to one process's;
@@ -9,13 +9,10 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _train_tasks import torchrun
 
 from mathrl.train import checkpoint as ckpt
 from mathrl.train.metrics import read_metrics
@@ -26,19 +23,7 @@ SCRIPT = Path(__file__).with_name("_dist_eval.py")
 
 
 def launch(model_dir: Path, out: Path, ws: int, steps: int, *extra: str, timeout: int = 400):
-    from mathrl.train.engines import _free_port
-
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ws), "--master_port",
-           str(_free_port()), str(SCRIPT), str(model_dir), str(out), str(steps), *extra]
-    proc = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        log, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        log, _ = proc.communicate()
-        pytest.fail(f"world size {ws}: no result after {timeout} s (ranks hang in a collective?)\n{log[-3000:]}")
-    return proc.returncode, log
+    return torchrun(SCRIPT, (model_dir, out, steps, *extra), ws, timeout)
 
 
 def _hashed(out: Path, rank: int) -> list[str]:

@@ -1,4 +1,4 @@
-"""The trainer's forward passes against an independent reference (issue 14).
+"""The trainer's forward passes against an independent reference.
 
 ``tests/train/test_forward.py`` compares the shared-prompt forward with the plain one, but both
 sides go through :func:`make_micro_batch`, so a bug in its padding, masks or position ids would be
@@ -33,8 +33,9 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from mathrl.models.tiny import build_tiny_model, build_tiny_qwen2_model
+from mathrl.testing.tiny import build_tiny_model, build_tiny_qwen2_model
 from mathrl.models.value_head import ValueModel
+from mathrl.procs import DIST_ENV_VARS
 from mathrl.train.forward import (batch_logprobs, batch_values, make_micro_batch, plan_micro_batches,
                                   policy_forward, value_forward)
 
@@ -341,7 +342,7 @@ def test_constant_position_offset_is_invisible_under_rope(batch):
 def process_group(monkeypatch):
     """A world of one (init_distributed); the process-group variables it sets are restored afterwards."""
     monkeypatch.setenv("DS_ACCELERATOR", os.environ.get("DS_ACCELERATOR", "cpu"))
-    for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+    for k in DIST_ENV_VARS:
         if k in os.environ:
             monkeypatch.setenv(k, os.environ[k])
         else:

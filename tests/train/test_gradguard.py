@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mathrl.train.loop import GradGuard
+from mathrl.train.models import GradGuard
 
 
 @pytest.fixture

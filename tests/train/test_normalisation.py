@@ -5,14 +5,11 @@ classic per-micro-batch token mean (a mutated trainer) must be caught by the sam
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from _train_tasks import torchrun
 
 pytestmark = pytest.mark.slow
 
@@ -23,22 +20,10 @@ MUTANT_MIN_REL = 1e-2
 
 def run_worker(model_dir: Path, out: Path, ws: int, timeout: int = 420, script: Path | None = None,
                args: tuple = ()) -> dict:
-    """torchrun a worker script; a hang (the ranks disagree on the collectives) fails after ``timeout``."""
-    from mathrl.train.engines import _free_port
-
+    """torchrun a worker script that saves its result to ``out``; a hang fails after ``timeout``."""
     script = script or Path(__file__).with_name("_norm_update.py")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ws), "--master_port",
-           str(_free_port()), str(script), str(model_dir), str(out), *map(str, args)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    try:
-        log, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        log, _ = proc.communicate()
-        pytest.fail(f"world size {ws}: no result after {timeout} s (ranks hang in a collective?)\n{log[-3000:]}")
-    assert proc.returncode == 0, log[-4000:]
+    rc, log = torchrun(script, (model_dir, out, *args), ws, timeout)
+    assert rc == 0, log[-4000:]
     return torch.load(out, weights_only=False)
 
 

@@ -18,7 +18,8 @@ from safetensors.torch import load_file
 from mathrl.config import load_config
 from mathrl.train import checkpoint as ckpt
 from mathrl.train import run
-from mathrl.train.engines import build_engine, ds_config, offloads_optimizer, optimizer_block
+from mathrl.train.engines import build_engine
+from mathrl.train.ds_json import ds_config, offloads_optimizer, optimizer_block
 from mathrl.train.metrics import read_metrics
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Reliability (issue 10): crashes at any point resume exactly, failed writes lose nothing, NaN steps
+"""Reliability: crashes at any point resume exactly, failed writes lose nothing, NaN steps
 are skipped without a trace, tampered checkpoints are refused. Real processes, real SIGKILLs, real
 kernel-enforced write failures (RLIMIT_FSIZE), real DeepSpeed checkpoints."""
 
@@ -22,10 +22,12 @@ from _train_tasks import digit_problems, first_digit_reward
 from safetensors.torch import load_file
 
 from mathrl.config import load_config
+from mathrl.procs import proc_state, without_dist_env
 from mathrl.train import checkpoint as ckpt
 from mathrl.train import faults
 from mathrl.train import run
-from mathrl.train.loop import GradGuard, TrainingError
+from mathrl.train.checkpoint import TrainingError
+from mathrl.train.models import GradGuard
 from mathrl.train.metrics import read_metrics
 
 pytestmark = pytest.mark.slow
@@ -66,8 +68,7 @@ def fault_env(monkeypatch):
 
 def _spawn(task: str, model_dir, out, *extra, fault: str = "", tag: str = "", **kw) -> subprocess.Popen:
     # a world of its own: this pytest process may hold a process group (RANK, MASTER_PORT) already
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env = without_dist_env()
     env.update({"OMP_NUM_THREADS": "1", faults.ENV: fault, "MATHRL_TEST_TAG": tag or f"run-{os.getpid()}"})
     # SIGINT back to its default: a test session started in the background (nohup ... &) ignores it,
     # and an ignored SIGINT is inherited, so the Ctrl-C test would otherwise send it into the void
@@ -304,10 +305,10 @@ def _tagged(tag: str) -> list[int]:
             try:
                 if needle not in Path(f"/proc/{name}/environ").read_bytes().split(b"\0"):
                     continue
-                state = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[0]
             except OSError:
                 continue
-            if state != "Z":
+            state = proc_state(name)
+            if state is not None and state != "Z":
                 pids.append(int(name))
     return pids
 

@@ -35,13 +35,21 @@ def _digit_cfg(model_dir, out, *extra):
         f"train.output_dir={out}", *QUIET, *extra])
 
 
-def test_grpo_e2e_with_verifier(tiny_model_dir, tmp_path):
+def test_grpo_e2e_with_verifier(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "grpo"
     cfg = load_config("configs/demo.yaml", [
         f"model.name={tiny_model_dir}", "rollout.backend=hf", "rollout.max_tokens=8", "rollout.n=4",
         "train.batch_size=2", "train.steps=2", "data.eval_limit=2", "eval.n=2", "eval.k=1,2", "eval.max_tokens=8",
-        "eval.every=1", f"train.output_dir={out}", *QUIET])
+        "eval.every=1", f"train.output_dir={out}", "logging.log_samples=3", "logging.show_samples=2", *QUIET])
     assert run(cfg) == 0
+    # 3 sampled completions per step in rollouts.jsonl; the table on the console at step 2 only
+    samples = read_metrics(out / "rollouts.jsonl")
+    assert [r["step"] for r in samples] == [1, 1, 1, 2, 2, 2]
+    for r in samples:
+        assert {"prompt", "response", "extracted", "gold", "reward", "advantage", "finish_reason"} <= set(r)
+        assert r["prompt"] and isinstance(r["reward"], float) and r["tokens"] <= 8
+    printed = capsys.readouterr().out
+    assert "samples of step 2:" in printed and "samples of step 1:" not in printed
     steps = _steps(out)
     assert [s["step"] for s in steps] == [1, 2]
     for s in steps:
@@ -126,6 +134,9 @@ def test_resume_is_exact(digit_model_dir, tmp_path):
         assert torch.equal(w[k], ref_w[k]), k
     strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith(("time/", "throughput/", "sys/"))} for r in rows]
     assert strip(_steps(part)) == strip(ref_steps)
+    # the sampled-completions log of the resumed run equals the uninterrupted one (the copied log held
+    # steps 3-4 already: they were dropped on resume and written again)
+    assert (part / "rollouts.jsonl").read_text() == (full / "rollouts.jsonl").read_text()
 
 
 @pytest.mark.parametrize("stage", [1, 3])

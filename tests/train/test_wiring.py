@@ -1,4 +1,4 @@
-"""Each configuration term reaches the update it claims to (issue 14's wiring defects), through the real
+"""Each configuration term reaches the update it claims to (each a defect found in review), through the real
 trainer: the KL in the reward with a group estimator, the LR schedule over a whole run for several
 (mini-batch, epoch) settings, value_clip = 0, file-order data, and exact resume on the real model."""
 
@@ -14,7 +14,9 @@ from safetensors.torch import load_file
 from mathrl.config import load_config
 from mathrl.train import checkpoint as ckpt
 from mathrl.train import run
-from mathrl.train.loop import compute_advantages, optimizer_steps_per_rl_step, step_indices
+from mathrl.data.splits import step_indices
+from mathrl.train.loop import compute_advantages
+from mathrl.train.models import optimizer_steps_per_rl_step
 from mathrl.train.metrics import read_metrics
 
 QUIET = ["logging.tensorboard=false", "logging.console=plain"]
@@ -127,7 +129,7 @@ def test_resume_is_exact_on_the_real_model(embedded_model_path, tmp_path):
 
 def test_float16_training_is_refused_with_the_fix(digit_model_dir, tmp_path):
     from mathrl.config import ConfigError
-    from mathrl.train.loop import prepare_run
+    from mathrl.train.setup import prepare_run
 
     cfg = _digit_cfg(digit_model_dir, tmp_path / "fp16", "model.dtype=float16")
     with pytest.raises(ConfigError, match="model.dtype = 'float16'.*use model.dtype=bfloat16"):
@@ -157,7 +159,8 @@ def test_zero3_loads_the_critic_sharded(digit_model_dir, tmp_path):
     backbone weights are ZeRO-3 shards (no full copy), for both a causal-LM folder and a saved critic
     (whose files are loaded into the gathered shards). Outside ZeRO-3 the same load gives whole tensors."""
     from mathrl.models.value_head import ValueModel
-    from mathrl.train.engines import ds_config, init_distributed, zero3_init
+    from mathrl.train.engines import init_distributed, zero3_init
+    from mathrl.train.ds_json import ds_config
 
     init_distributed()
     plain = ValueModel.from_pretrained(digit_model_dir)

@@ -1,4 +1,4 @@
-"""Bad input files and configs (issue 10): one clear line each, before any expensive work.
+"""Bad input files and configs: one clear line each, before any expensive work.
 
 Each case of scripts/error_table.py (the generator of docs/errors.md) is run through the real
 checks -- ``load_config`` and :func:`mathrl.train.preflight.preflight` -- and its message is
@@ -24,7 +24,7 @@ from mathrl.config import ConfigError, load_config
 from mathrl.data import DataError, load_problems
 from mathrl.data.readers import json_line_error
 from mathrl.models import ModelError
-from mathrl.train.engines import check_batch_sizes, ds_config
+from mathrl.train.ds_json import check_batch_sizes, ds_config
 from mathrl_testenv import require
 
 REPO = Path(__file__).resolve().parents[2]
@@ -137,7 +137,7 @@ def test_context_limit_suggested_is_exact(base, scratch):
 
 def test_prepare_run_checks_before_the_process_group(base, scratch, monkeypatch):
     """preflight is the first thing prepare_run does: a bad input never reaches init_distributed."""
-    from mathrl.train import loop
+    from mathrl.train import setup
 
     reached = []
 
@@ -145,13 +145,13 @@ def test_prepare_run_checks_before_the_process_group(base, scratch, monkeypatch)
         reached.append(True)
         raise RuntimeError("init_distributed reached")
 
-    monkeypatch.setattr(loop, "init_distributed", fake_init)
+    monkeypatch.setattr(setup, "init_distributed", fake_init)
     bad = load_config(None, base + CASES["truncated JSONL"].build(scratch))
     with pytest.raises(DataError, match="last line is cut off"):
-        loop.prepare_run(bad)
+        setup.prepare_run(bad)
     assert not reached
     with pytest.raises(RuntimeError, match="init_distributed reached"):
-        loop.prepare_run(load_config(None, base))
+        setup.prepare_run(load_config(None, base))
     assert reached == [True]
 
 

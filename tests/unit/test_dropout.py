@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from mathrl.models.loading import disable_dropout
-from mathrl.models.tiny import tiny_config
+from mathrl.testing.tiny import tiny_config
 
 
 def _model(p: float):

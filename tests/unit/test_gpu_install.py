@@ -1,4 +1,4 @@
-"""The GPU install command resolves (issue 15, item 6): pyproject's ``gpu`` extra (torch, vLLM,
+"""The GPU install command resolves: pyproject's ``gpu`` extra (torch, vLLM,
 transformers, DeepSpeed pins) with mathrl's dependencies and the dev extra, for Linux x86_64 /
 CPython 3.12, by pip's resolver against the package registry (metadata only). A mutated pin set that
 vLLM 0.33 cannot co-install with (torch 2.13) must be rejected."""

@@ -10,7 +10,7 @@ import torch
 
 from mathrl.models import ModelError, ensure_embedded_model, load_causal_lm, load_tokenizer, resolve_model_path
 from mathrl.models.embedded import MANIFEST, gguf_path
-from mathrl.models.tiny import build_tiny_model, save_tiny_model
+from mathrl.testing.tiny import build_tiny_model, save_tiny_model
 
 
 def test_resolve_specs(tmp_path):

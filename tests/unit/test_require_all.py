@@ -1,4 +1,4 @@
-"""No silent skips in CI (issue 14): ``require`` of tests/conftest.py skips with the reason in a
+"""No silent skips in CI: ``require`` of tests/conftest.py skips with the reason in a
 user's run and fails under ``MATHRL_REQUIRE_ALL=1`` (set by .ci/run); the vLLM environment probe
 does not turn a slow interpreter into a skip, and a broken one fails naming the command and its output.
 

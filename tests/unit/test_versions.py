@@ -7,7 +7,7 @@ from importlib import metadata
 import pytest
 
 from mathrl.config import ConfigError
-from mathrl.versions import MINIMUM, _parse, check_versions
+from mathrl.versions import MINIMUM, parse_version, check_versions
 
 
 def test_installed_versions_pass():
@@ -15,7 +15,7 @@ def test_installed_versions_pass():
 
 
 def test_parse():
-    assert _parse("2.13.0+cpu") == (2, 13, 0) and _parse("0.19.4") == (0, 19, 4) and _parse("5.0.0rc1") == (5, 0, 0)
+    assert parse_version("2.13.0+cpu") == (2, 13, 0) and parse_version("0.19.4") == (0, 19, 4) and parse_version("5.0.0rc1") == (5, 0, 0)
 
 
 @pytest.mark.parametrize("old", ["0.16.9", "0.19.3"])

@@ -6,8 +6,9 @@ the timeout, bounded memory. This module produces such inputs deterministically 
 failure found by ``scripts/fuzz_verifier.py`` (100,000 cases) or by
 ``tests/reward/test_hostile_outputs.py`` (a CI-sized sample) can be replayed exactly.
 
-It lives in the package (not under ``scripts/``) because both the fuzz script and the test suite
-import it, and because a user who changes the verifier can fuzz their change with the same inputs:
+It lives in :mod:`mathrl.testing` (tools for tests, not used by training), not under
+``scripts/``, because both the fuzz script and the test suite import it, and because a user who
+changes the verifier can fuzz their change with the same inputs:
 ``python scripts/fuzz_verifier.py --cases 5000``. It is pure Python and imports nothing heavy.
 
 Categories (``CATEGORIES``; the weight is the share of generated cases):
@@ -542,7 +543,7 @@ def generate(n: int, seed: int = 0, seeds: Sequence[tuple[str, str]] | None = No
 
 
 def named_cases() -> list[HostileCase]:
-    """Hand-written cases, at least one per category, as named in issue 10."""
+    """Hand-written cases, at least one per category, as named in CATEGORIES."""
     u = UNRELATED_GOLDS
     big = "9" * 400
     cases = [

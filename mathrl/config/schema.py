@@ -1,42 +1,55 @@
-"""The typed configuration tree: dataclasses, YAML recipes, dotted CLI overrides.
+"""The configuration schema: one typed tree of dataclasses (:class:`Config`) and :func:`option`.
 
-One tree (:class:`Config`) covers every stage of the pipeline. Every field is
-declared with :func:`option`, which records its meaning, the reason for its
-default and its allowed values; ``mathrl train --help`` prints them.
-
-Sources, applied in order: the dataclass defaults, a YAML recipe
-(``configs/*.yaml``), then ``key.sub=value`` overrides from the command line.
-Unknown keys, wrong types and out-of-range values raise :class:`ConfigError`
-whose one-line message names the key, the value, where it came from (file and
-line, or the command line) and what is allowed. Validation happens before any
-work starts.
+Every field is declared with :func:`option`, which records its meaning, the reason for its default,
+its numeric bounds and, for fields whose allowed values come from a registry (``algo.advantage``,
+``reward.terms``), the registry lookup; ``mathrl train --help`` prints them. Loading, overrides and
+validation live in :mod:`mathrl.config.loader`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import math
-import types
-import typing
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Optional
 
-import yaml
-
-
-class ConfigError(ValueError):
-    """A configuration problem; ``str(err)`` is a single line meant for the user."""
+__all__ = ["option", "Config", "ModelConfig", "DataConfig", "RolloutConfig", "RewardConfig", "AlgoConfig",
+           "TrainConfig", "DeepSpeedConfig", "LoggingConfig", "EvalConfig"]
 
 
 def option(default: Any, doc: str, *, ge: float | None = None, gt: float | None = None,
-           le: float | None = None, lt: float | None = None, factory: bool = False):
-    """Declare a config field with its documentation and numeric bounds."""
-    meta = {"doc": doc, "ge": ge, "gt": gt, "le": le, "lt": lt}
+           le: float | None = None, lt: float | None = None, factory: bool = False,
+           choices: Callable[[], Sequence[str]] | None = None, check: Callable[[Any], None] | None = None):
+    """Declare a config field with its documentation and numeric bounds.
+
+    ``choices``: a function returning the allowed values of a string field, read when the field is set
+    and when ``--help`` is printed (a registry, so that a new entry needs no change here). ``check``: a
+    function that raises ``ValueError`` for a bad value (its message is the problem; an attribute ``key``
+    names the offending sub-key)."""
+    meta = {"doc": doc, "ge": ge, "gt": gt, "le": le, "lt": lt, "choices": choices, "check": check}
     if factory:
         return field(default_factory=default, metadata=meta)
     return field(default=default, metadata=meta)
+
+
+def _advantage_choices() -> tuple[str, ...]:
+    from mathrl.algo.advantages import ESTIMATORS
+
+    return ("auto", *ESTIMATORS)
+
+
+def _check_reward_terms(terms: Any) -> None:
+    if terms is not None:
+        from mathrl.reward.rewards import check_reward_terms
+
+        check_reward_terms(terms)
+
+
+def _check_data_fields(fields: Any) -> None:
+    if fields is not None:
+        from mathrl.data.sources import check_fields
+
+        check_fields(fields)  # DataError is a ValueError
 
 
 # --------------------------------------------------------------------------- sections
@@ -65,7 +78,8 @@ class ModelConfig:
 @dataclass
 class DataConfig:
     source: str = option("synthetic", "Training problems: synthetic, gsm8k, math, math500, minerva_math, aime24, "
-                         "amc23, svamp, asdiv.")
+                         "amc23, svamp, asdiv, or jsonl (your own .jsonl/.json/.parquet file at data.path, "
+                         "field names in data.fields). The sources are registered in mathrl/data/sources.py.")
     path: Optional[str] = option(None, "Local .jsonl/.json/.parquet file for the source; default: its hub name.")
     split: str = option("train", "Dataset split when loading from the hub.")
     limit: Optional[int] = option(None, "Use only the first N problems (None = all).", ge=1)
@@ -83,6 +97,14 @@ class DataConfig:
     eval_limit: int = option(64, "Number of held-out problems evaluated.", ge=1)
     shuffle: bool = option(True, "Visit the training problems in a new seeded order (train.seed) each pass "
                            "over the data; false = file order, pass after pass (curriculum files).")
+    fields: Optional[dict[str, str]] = option(
+        None, "Field names of your file for data.source=jsonl: data.fields.question=NAME is the field holding "
+        "the question text, data.fields.answer=NAME the field holding the gold answer (taken as written, no "
+        "extraction); other fields are kept as problem metadata. None (default) = the fields 'question' and "
+        "'answer'. A row without one of the fields stops the load with its file, line and field (or is "
+        "skipped with data.skip_bad_rows). Only for sources that take field names (jsonl); it names the fields "
+        "of data.path and of the held-out file read for the same source (data.eval_path).",
+        check=_check_data_fields)
 
 
 @dataclass
@@ -153,14 +175,20 @@ class RewardConfig:
     timeout: float = option(5.0, "Hard per-response verification timeout in seconds (the worker is killed).",
                             gt=0.0)
     workers: Optional[int] = option(None, "Verifier worker processes (None = number of cores).", ge=1)
+    terms: Optional[dict[str, dict[str, Any]]] = option(
+        None, "Reward terms, summed: a mapping term -> {weight: w (default 1.0), <its parameters>}, e.g. "
+        "{correctness: {}, format: {bonus: 0.1}, length: {coef: 0.5, buffer: 64}} (the registered terms and "
+        "their parameters are listed at the end of --help). None = built from the shorthands "
+        "reward.function, reward.format_bonus and reward.overlong_penalty/overlong_buffer, which must then "
+        "stay at their defaults.", check=_check_reward_terms)
 
 
 @dataclass
 class AlgoConfig:
     name: Literal["grpo", "ppo"] = option("grpo", "Algorithm preset. grpo: group-relative advantages, KL (k3) "
                                           "in the loss. ppo: critic + GAE, KL (k1) in the per-token reward.")
-    advantage: Literal["auto", "grpo", "dr_grpo", "rloo", "reinforce_pp", "gae"] = option(
-        "auto", "Advantage estimator; auto = grpo for algo.name=grpo, gae for ppo.")
+    advantage: str = option(
+        "auto", "Advantage estimator; auto = grpo for algo.name=grpo, gae for ppo.", choices=_advantage_choices)
     kl_coef: float = option(0.04, "beta, weight of the KL to the reference model (DeepSeekMath: 0.04). 0 = no "
                             "reference model is loaded.", ge=0.0)
     kl_estimator: Literal["auto", "k1", "k2", "k3"] = option(
@@ -251,6 +279,11 @@ class LoggingConfig:
     wandb: bool = option(False, "Log to Weights & Biases (when installed).")
     wandb_project: str = option("mathrl", "W&B project name.")
     log_every: int = option(1, "Steps between console lines (every step goes to metrics.jsonl).", ge=1)
+    log_samples: int = option(4, "Sampled completions per step written to <output_dir>/rollouts.jsonl (prompt, "
+                              "response, extracted answer, gold, reward, advantage), spread over the main rank's "
+                              "groups; 0 = none.", ge=0)
+    show_samples: int = option(0, "Every N steps, also print that step's logged completions as a table on the "
+                               "console (0 = never).", ge=0)
 
 
 @dataclass
@@ -295,296 +328,13 @@ class Config:
     def kl_in(self) -> str:
         if self.algo.kl_in != "auto":
             return self.algo.kl_in
-        from mathrl.algo.advantages import TOKEN_LEVEL
+        from mathrl.algo.advantages import ESTIMATORS
 
-        return "reward" if self.advantage in TOKEN_LEVEL else "loss"
+        spec = ESTIMATORS.get(self.advantage)
+        return "reward" if spec is not None and spec.level == "token" else "loss"
 
     @property
     def kl_estimator(self) -> str:
         if self.algo.kl_estimator != "auto":
             return self.algo.kl_estimator
         return "k1" if self.kl_in == "reward" else "k3"
-
-
-# --------------------------------------------------------------------------- typing helpers
-
-
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _section_classes() -> dict[str, type]:
-    return {name: tp for name, tp in _hints(Config).items()}
-
-
-def _type_name(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
-    if origin in (Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return " or ".join(_type_name(a) for a in args) + " or null"
-    if origin is list:
-        (inner,) = typing.get_args(tp)
-        return f"a list of {_type_name(inner)}"
-    return {int: "an integer", float: "a number", str: "a string", bool: "true/false"}.get(tp, str(tp))
-
-
-class _Bad(Exception):
-    pass
-
-
-def _coerce(value: Any, tp: Any, from_cli: bool) -> Any:
-    """Convert ``value`` to ``tp`` or raise :class:`_Bad`. CLI strings are parsed leniently by type."""
-    origin = typing.get_origin(tp)
-    if origin in (Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None or (from_cli and isinstance(value, str) and value.lower() in ("null", "none", "~")):
-            if type(None) in args:
-                return None
-            raise _Bad
-        inner = [a for a in args if a is not type(None)]
-        for a in inner:
-            try:
-                return _coerce(value, a, from_cli)
-            except _Bad:
-                continue
-        raise _Bad
-    if origin is Literal:
-        allowed = typing.get_args(tp)
-        if value in allowed:
-            return value
-        raise _Bad
-    if origin is list:
-        (inner,) = typing.get_args(tp)
-        if from_cli and isinstance(value, str):
-            text = value.strip()
-            if text.startswith("["):
-                try:
-                    value = yaml.safe_load(text)
-                except yaml.YAMLError:
-                    raise _Bad from None
-            else:
-                value = [v for v in (p.strip() for p in text.split(",")) if v] if text else []
-        if not isinstance(value, list):
-            raise _Bad
-        return [_coerce(v, inner, from_cli) for v in value]
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        if from_cli and isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-            return value.lower() in ("true", "1", "yes")
-        raise _Bad
-    if tp is int:
-        if isinstance(value, bool):
-            raise _Bad
-        if isinstance(value, int):
-            return value
-        if isinstance(value, str) and from_cli:
-            try:
-                return int(value.replace("_", ""))
-            except ValueError:
-                raise _Bad from None
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        raise _Bad
-    if tp is float:
-        if isinstance(value, bool):
-            raise _Bad
-        if isinstance(value, (int, float)):
-            out = float(value)
-        elif isinstance(value, str):  # YAML 1.1 reads "1e-6" as a string; accept numeric strings
-            try:
-                out = float(value)
-            except ValueError:
-                raise _Bad from None
-        else:
-            raise _Bad
-        if math.isnan(out):
-            raise _Bad
-        return out
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        if from_cli:
-            return str(value)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return str(value)
-        raise _Bad
-    raise _Bad
-
-
-def _check_bounds(key: str, value: Any, meta: dict, where: str) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        return
-    checks = [("ge", lambda v, b: v >= b, ">="), ("gt", lambda v, b: v > b, ">"),
-              ("le", lambda v, b: v <= b, "<="), ("lt", lambda v, b: v < b, "<")]
-    for name, ok, sym in checks:
-        bound = meta.get(name)
-        if bound is not None and not ok(value, bound):
-            parts = [f"{s} {meta[n]}" for n, _, s in checks if meta.get(n) is not None]
-            raise ConfigError(f"{key} = {value!r}{where}: out of range; allowed: {' and '.join(parts)}")
-
-
-def _where(origin: str | None) -> str:
-    return f" ({origin})" if origin else ""
-
-
-def _suggest(name: str, options: list[str], prefix: str = "") -> str:
-    close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
-    return f"did you mean '{prefix}{close[0]}'? " if close else ""
-
-
-def set_value(cfg: Config, key: str, value: Any, *, origin: str | None = None, from_cli: bool = False) -> None:
-    """Set ``key`` (dotted, e.g. ``algo.kl_coef``) on ``cfg`` after type and range checks."""
-    where = _where(origin)
-    parts = key.split(".")
-    sections = _section_classes()
-    if parts[0] not in sections:
-        raise ConfigError(f"unknown key '{key}'{where}; {_suggest(parts[0], list(sections))}"
-                          f"sections: {', '.join(sections)}")
-    if len(parts) != 2:
-        raise ConfigError(f"key '{key}'{where} must have the form section.field, e.g. algo.kl_coef")
-    section_name, name = parts
-    section_cls = sections[section_name]
-    hints = _hints(section_cls)
-    if name not in hints:
-        raise ConfigError(f"unknown key '{key}'{where}; {_suggest(name, list(hints), section_name + '.')}"
-                          f"fields of '{section_name}': {', '.join(hints)}")
-    fld = {f.name: f for f in dataclasses.fields(section_cls)}[name]
-    try:
-        coerced = _coerce(value, hints[name], from_cli)
-    except _Bad:
-        raise ConfigError(f"{key} = {value!r}{where}: wrong type or value; allowed: {_type_name(hints[name])}") \
-            from None
-    _check_bounds(key, coerced, dict(fld.metadata), where)
-    if isinstance(coerced, list):
-        for item in coerced:
-            _check_bounds(key, item, dict(fld.metadata), where)
-    setattr(getattr(cfg, section_name), name, coerced)
-
-
-# --------------------------------------------------------------------------- YAML with line numbers
-
-
-def _flatten_yaml(path: Path) -> list[tuple[str, Any, int]]:
-    """Read a YAML recipe into (dotted key, value, line) triples, keeping line numbers for errors."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-    try:
-        root = yaml.compose(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}{line}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
-    if root is None:
-        return []
-    if not isinstance(root, yaml.MappingNode):
-        raise ConfigError(f"{path}: the top level must be a mapping of sections (model:, data:, ...)")
-    out: list[tuple[str, Any, int]] = []
-    for knode, vnode in root.value:
-        section = knode.value
-        line = knode.start_mark.line + 1
-        if isinstance(vnode, yaml.MappingNode):
-            for fk, fv in vnode.value:
-                value = yaml.safe_load(yaml.serialize(fv))
-                out.append((f"{section}.{fk.value}", value, fk.start_mark.line + 1))
-        elif isinstance(vnode, yaml.ScalarNode) and vnode.value in ("", "~", "null"):
-            continue
-        else:
-            raise ConfigError(f"{path}:{line}: section '{section}' must be a mapping of fields")
-    return out
-
-
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    """Build a validated :class:`Config` from defaults, an optional YAML file and ``key=value`` overrides."""
-    cfg = Config()
-    if path is not None:
-        path = Path(path)
-        for key, value, line in _flatten_yaml(path):
-            set_value(cfg, key, value, origin=f"{path}:{line}")
-    for item in overrides or []:
-        if "=" not in item:
-            raise ConfigError(f"override {item!r} (command line) must look like key.sub=value, "
-                              "e.g. algo.kl_coef=0.04")
-        key, value = item.split("=", 1)
-        set_value(cfg, key.strip(), value, origin="command line", from_cli=True)
-    validate(cfg)
-    return cfg
-
-
-def validate(cfg: Config) -> None:
-    """Cross-field checks that single-field bounds cannot express."""
-    # G = 1 with a group baseline is refused, not warned about: the baseline is the sample's own reward
-    # (grpo, dr_grpo) or undefined (rloo's leave-one-out mean over G - 1 = 0 others), so every advantage
-    # is 0, the policy gradient vanishes and the run would spend its whole budget learning nothing while
-    # its logs look normal. A warning scrolls past in a days-long log; the fix is one override.
-    if cfg.advantage in ("grpo", "dr_grpo", "rloo") and cfg.rollout.n < 2:
-        raise ConfigError(f"rollout.n = {cfg.rollout.n}: the '{cfg.advantage}' advantage compares the samples of "
-                          "a prompt with each other; with one sample every advantage is 0 and nothing is learned, "
-                          "so it needs rollout.n >= 2; fix: set rollout.n=8 (or more), or use an estimator with "
-                          "a baseline across prompts: algo.advantage=reinforce_pp, or algo.name=ppo (critic)")
-    if cfg.algo.ref_update_every and cfg.algo.kl_coef == 0:
-        raise ConfigError(f"algo.ref_update_every = {cfg.algo.ref_update_every}: resetting the reference model only "
-                          "matters with a KL term; set algo.kl_coef > 0 or algo.ref_update_every = 0")
-    if cfg.algo.kl_coef > 0 and cfg.kl_in == "loss" and cfg.kl_estimator == "k1":
-        raise ConfigError("algo.kl_estimator = 'k1' with the KL in the loss (algo.kl_in resolves to 'loss'): k1 = "
-                          "log pi - log pi_ref has zero expected gradient as a loss term, so the penalty would do "
-                          "nothing; use k3 (DeepSeekMath) or k2 in the loss, or set algo.kl_in=reward to use k1 "
-                          "as a reward penalty")
-    mb = cfg.train.mini_batch_size
-    if mb is not None and (mb > cfg.train.batch_size or cfg.train.batch_size % mb):
-        raise ConfigError(f"train.mini_batch_size = {mb}: must divide train.batch_size = {cfg.train.batch_size}")
-    bad_k = [k for k in cfg.eval.k if k < 1 or k > cfg.eval.n]
-    if bad_k:
-        raise ConfigError(f"eval.k = {cfg.eval.k}: each k must satisfy 1 <= k <= eval.n = {cfg.eval.n}")
-    if cfg.train.resume not in ("none", "auto") and not Path(cfg.train.resume).exists():
-        raise ConfigError(f"train.resume = {cfg.train.resume!r}: no such checkpoint; allowed: none, auto, "
-                          "or an existing checkpoint folder")
-    if cfg.deepspeed.config_path is not None and not Path(cfg.deepspeed.config_path).is_file():
-        raise ConfigError(f"deepspeed.config_path = {cfg.deepspeed.config_path!r}: file not found")
-
-
-# --------------------------------------------------------------------------- help text
-
-
-def _fmt_default(f: dataclasses.Field) -> str:
-    if f.default is not dataclasses.MISSING:
-        v = f.default
-    elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-        v = f.default_factory()  # type: ignore[misc]
-    else:
-        v = None
-    return "null" if v is None else yaml.safe_dump(v, default_flow_style=True).strip().removesuffix("...").strip()
-
-
-def describe_fields() -> list[tuple[str, str, str, str]]:
-    """(key, type, default, doc) for every field, in declaration order."""
-    rows = []
-    for section, cls in _section_classes().items():
-        hints = _hints(cls)
-        for f in dataclasses.fields(cls):
-            rows.append((f"{section}.{f.name}", _type_name(hints[f.name]), _fmt_default(f), f.metadata["doc"]))
-    return rows
-
-
-def help_text(width: int = 100) -> str:
-    import textwrap
-
-    lines = ["Configuration fields (set in a YAML recipe or as key=value on the command line):", ""]
-    current = None
-    for key, tp, default, doc in describe_fields():
-        section = key.split(".")[0]
-        if section != current:
-            lines.append(f"[{section}]")
-            current = section
-        lines.append(f"  {key} = {default}    ({tp})")
-        lines.extend(textwrap.wrap(doc, width=width, initial_indent="      ", subsequent_indent="      "))
-    return "\n".join(lines)
-
-
-def dump_yaml(cfg: Config) -> str:
-    """The resolved configuration as YAML (written into every run folder)."""
-    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)

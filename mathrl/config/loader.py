@@ -1,0 +1,439 @@
+"""Loading and validating the configuration tree (:mod:`mathrl.config.schema`).
+
+Sources, applied in order: the dataclass defaults, a YAML recipe (``configs/*.yaml``), then
+``key.sub=value`` overrides from the command line. Unknown keys, wrong types and out-of-range values
+raise :class:`ConfigError` whose one-line message names the key, the value, where it came from (file
+and line, or the command line) and what is allowed. Validation happens before any work starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import yaml
+
+from mathrl.config.schema import Config
+
+__all__ = ["ConfigError", "load_config", "set_value", "validate", "describe_fields", "help_text", "dump_yaml"]
+
+
+class ConfigError(ValueError):
+    """A configuration problem; ``str(err)`` is a single line meant for the user."""
+
+
+# --------------------------------------------------------------------------- typing helpers
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _section_classes() -> dict[str, type]:
+    return {name: tp for name, tp in _hints(Config).items()}
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return " or ".join(_type_name(a) for a in args) + " or null"
+    if origin is list:
+        (inner,) = typing.get_args(tp)
+        return f"a list of {_type_name(inner)}"
+    if origin is dict:
+        return "a mapping"
+    return {int: "an integer", float: "a number", str: "a string", bool: "true/false"}.get(tp, str(tp))
+
+
+def _field_type_name(tp: Any, meta: dict) -> str:
+    choices = meta.get("choices")
+    if choices is not None:
+        return "one of " + ", ".join(repr(c) for c in choices())
+    return _type_name(tp)
+
+
+class _Bad(Exception):
+    pass
+
+
+def _coerce(value: Any, tp: Any, from_cli: bool) -> Any:
+    """Convert ``value`` to ``tp`` or raise :class:`_Bad`. CLI strings are parsed leniently by type."""
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None or (from_cli and isinstance(value, str) and value.lower() in ("null", "none", "~")):
+            if type(None) in args:
+                return None
+            raise _Bad
+        inner = [a for a in args if a is not type(None)]
+        for a in inner:
+            try:
+                return _coerce(value, a, from_cli)
+            except _Bad:
+                continue
+        raise _Bad
+    if origin is Literal:
+        allowed = typing.get_args(tp)
+        if value in allowed:
+            return value
+        raise _Bad
+    if origin is list:
+        (inner,) = typing.get_args(tp)
+        if from_cli and isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                try:
+                    value = yaml.safe_load(text)
+                except yaml.YAMLError:
+                    raise _Bad from None
+            else:
+                value = [v for v in (p.strip() for p in text.split(",")) if v] if text else []
+        if not isinstance(value, list):
+            raise _Bad
+        return [_coerce(v, inner, from_cli) for v in value]
+    if origin is dict:
+        key_tp, val_tp = typing.get_args(tp)
+        if from_cli and isinstance(value, str):
+            try:
+                value = yaml.safe_load(value)
+            except yaml.YAMLError:
+                raise _Bad from None
+        if not isinstance(value, dict):
+            raise _Bad
+        if typing.get_origin(val_tp) is dict:  # an empty entry (`format:` in YAML) is an empty mapping
+            value = {k: ({} if v is None else v) for k, v in value.items()}
+        return {_coerce(k, key_tp, False): _coerce(v, val_tp, False) for k, v in value.items()}
+    if tp is Any:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if from_cli and isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise _Bad
+    if tp is int:
+        if isinstance(value, bool):
+            raise _Bad
+        if isinstance(value, int):
+            return value
+        if isinstance(value, str) and from_cli:
+            try:
+                return int(value.replace("_", ""))
+            except ValueError:
+                raise _Bad from None
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise _Bad
+    if tp is float:
+        if isinstance(value, bool):
+            raise _Bad
+        if isinstance(value, (int, float)):
+            out = float(value)
+        elif isinstance(value, str):  # YAML 1.1 reads "1e-6" as a string; accept numeric strings
+            try:
+                out = float(value)
+            except ValueError:
+                raise _Bad from None
+        else:
+            raise _Bad
+        if math.isnan(out):
+            raise _Bad
+        return out
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        if from_cli:
+            return str(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise _Bad
+    raise _Bad
+
+
+def _check_bounds(key: str, value: Any, meta: dict, where: str) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return
+    checks = [("ge", lambda v, b: v >= b, ">="), ("gt", lambda v, b: v > b, ">"),
+              ("le", lambda v, b: v <= b, "<="), ("lt", lambda v, b: v < b, "<")]
+    for name, ok, sym in checks:
+        bound = meta.get(name)
+        if bound is not None and not ok(value, bound):
+            parts = [f"{s} {meta[n]}" for n, _, s in checks if meta.get(n) is not None]
+            raise ConfigError(f"{key} = {value!r}{where}: out of range; allowed: {' and '.join(parts)}")
+
+
+def _where(origin: str | None) -> str:
+    return f" ({origin})" if origin else ""
+
+
+def _suggest(name: str, options: list[str], prefix: str = "") -> str:
+    close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
+    return f"did you mean '{prefix}{close[0]}'? " if close else ""
+
+
+def _check_field(key: str, value: Any, meta: dict, where: str) -> None:
+    """Run the field's ``check`` (see :func:`mathrl.config.schema.option`); its problem becomes a one-line
+    :class:`ConfigError` naming the key (and the offending sub-key)."""
+    check = meta.get("check")
+    if check is None:
+        return
+    try:
+        check(value)
+    except ValueError as exc:
+        sub = getattr(exc, "key", None)
+        raise ConfigError(f"{key}{'.' + sub if sub else ''}{where}: {exc}") from None
+
+
+def _dict_types(tp: Any) -> tuple[Any, Any] | None:
+    """``(key type, value type)`` of a ``dict[...]`` / ``Optional[dict[...]]`` field type, else ``None``."""
+    if typing.get_origin(tp) in (typing.Union, getattr(types, "UnionType", typing.Union)):
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        tp = inner[0] if len(inner) == 1 else tp
+    if typing.get_origin(tp) is dict:
+        return typing.get_args(tp)  # type: ignore[return-value]
+    return None
+
+
+def set_value(cfg: Config, key: str, value: Any, *, origin: str | None = None, from_cli: bool = False) -> None:
+    """Set ``key`` (dotted, e.g. ``algo.kl_coef``) on ``cfg`` after type and range checks.
+
+    A mapping field also takes one entry at a time: ``data.fields.question=problem`` sets the key
+    ``question`` of ``data.fields`` and keeps its other entries."""
+    where = _where(origin)
+    parts = key.split(".")
+    sections = _section_classes()
+    if parts[0] not in sections:
+        raise ConfigError(f"unknown key '{key}'{where}; {_suggest(parts[0], list(sections))}"
+                          f"sections: {', '.join(sections)}")
+    section_cls = sections[parts[0]]
+    hints = _hints(section_cls)
+    entry = None
+    if len(parts) == 3 and parts[1] in hints and _dict_types(hints[parts[1]]) is not None:
+        entry = parts[2]  # section.field.key: one entry of a mapping field (data.fields.question=problem)
+    elif len(parts) != 2:
+        raise ConfigError(f"key '{key}'{where} must have the form section.field, e.g. algo.kl_coef")
+    section_name, name = parts[0], parts[1]
+    if name not in hints:
+        raise ConfigError(f"unknown key '{key}'{where}; {_suggest(name, list(hints), section_name + '.')}"
+                          f"fields of '{section_name}': {', '.join(hints)}")
+    fld = {f.name: f for f in dataclasses.fields(section_cls)}[name]
+    meta = dict(fld.metadata)
+    if entry is not None:
+        _, val_tp = _dict_types(hints[name])  # type: ignore[misc]
+        try:
+            item = _coerce(value, val_tp, from_cli)
+        except _Bad:
+            raise ConfigError(f"{key} = {value!r}{where}: wrong type or value; allowed: "
+                              f"{_field_type_name(val_tp, {})}") from None
+        current = getattr(getattr(cfg, section_name), name)
+        value, from_cli = {**(current or {}), entry: item}, False
+    try:
+        coerced = _coerce(value, hints[name], from_cli)
+        choices = meta.get("choices")
+        if choices is not None and coerced not in choices():
+            raise _Bad
+    except _Bad:
+        raise ConfigError(f"{key} = {value!r}{where}: wrong type or value; allowed: "
+                          f"{_field_type_name(hints[name], meta)}") from None
+    _check_field(key, coerced, meta, where)
+    _check_bounds(key, coerced, meta, where)
+    if isinstance(coerced, list):
+        for item in coerced:
+            _check_bounds(key, item, dict(fld.metadata), where)
+    setattr(getattr(cfg, section_name), name, coerced)
+
+
+# --------------------------------------------------------------------------- YAML with line numbers
+
+
+def flatten_yaml(path: Path) -> list[tuple[str, Any, int]]:
+    """Read a YAML recipe into (dotted key, value, line) triples, keeping line numbers for errors."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}{line}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
+    if root is None:
+        return []
+    if not isinstance(root, yaml.MappingNode):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections (model:, data:, ...)")
+    out: list[tuple[str, Any, int]] = []
+    for knode, vnode in root.value:
+        section = knode.value
+        line = knode.start_mark.line + 1
+        if isinstance(vnode, yaml.MappingNode):
+            for fk, fv in vnode.value:
+                value = yaml.safe_load(yaml.serialize(fv))
+                out.append((f"{section}.{fk.value}", value, fk.start_mark.line + 1))
+        elif isinstance(vnode, yaml.ScalarNode) and vnode.value in ("", "~", "null"):
+            continue
+        else:
+            raise ConfigError(f"{path}:{line}: section '{section}' must be a mapping of fields")
+    return out
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Build a validated :class:`Config` from defaults, an optional YAML file and ``key=value`` overrides."""
+    cfg = Config()
+    if path is not None:
+        path = Path(path)
+        for key, value, line in flatten_yaml(path):
+            set_value(cfg, key, value, origin=f"{path}:{line}")
+    for item in overrides or []:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} (command line) must look like key.sub=value, "
+                              "e.g. algo.kl_coef=0.04")
+        key, value = item.split("=", 1)
+        set_value(cfg, key.strip(), value, origin="command line", from_cli=True)
+    validate(cfg)
+    return cfg
+
+
+def _field_meta(section: str, name: str) -> dict:
+    return dict({f.name: f for f in dataclasses.fields(_section_classes()[section])}[name].metadata)
+
+
+def validate(cfg: Config) -> None:
+    """Cross-field checks that single-field bounds cannot express."""
+    # G = 1 with a group baseline is refused, not warned about: the baseline is the sample's own reward
+    # (grpo, dr_grpo) or undefined (rloo's leave-one-out mean over G - 1 = 0 others), so every advantage
+    # is 0, the policy gradient vanishes and the run would spend its whole budget learning nothing while
+    # its logs look normal. A warning scrolls past in a days-long log; the fix is one override.
+    from mathrl.algo.advantages import ESTIMATORS
+
+    allowed = ("auto", *ESTIMATORS)
+    if cfg.algo.advantage not in allowed:
+        raise ConfigError(f"algo.advantage = {cfg.algo.advantage!r}: unknown advantage estimator; allowed: "
+                          f"{', '.join(allowed)}")
+    spec = ESTIMATORS[cfg.advantage]
+    algo_fields = {f.name for f in dataclasses.fields(type(cfg.algo))}
+    unknown = [p for p in spec.params if p not in algo_fields]
+    if unknown:
+        raise ConfigError(f"algo.advantage = {spec.name!r}: the estimator declares params {unknown} that are not "
+                          f"algo.* fields; allowed: {', '.join(sorted(algo_fields))}")
+    if cfg.rollout.n < spec.min_group:
+        others = [s.name for s in ESTIMATORS.values() if s.min_group <= cfg.rollout.n and not s.needs_critic]
+        alt = f"algo.advantage={others[0]}, or " if others else ""
+        few = "one sample" if cfg.rollout.n == 1 else f"only {cfg.rollout.n} samples"
+        raise ConfigError(f"rollout.n = {cfg.rollout.n}: the '{spec.name}' advantage compares the samples of "
+                          f"a prompt with each other; with {few} every advantage is 0 and nothing is "
+                          f"learned, so it needs rollout.n >= {spec.min_group}; fix: set "
+                          f"rollout.n={max(8, spec.min_group)} (or more), or use an estimator with a baseline "
+                          f"across prompts: {alt}algo.name=ppo (critic)")
+    _check_field("reward.terms", cfg.reward.terms, _field_meta("reward", "terms"), "")
+    shorthands = [k for k, v, default in (("reward.function", cfg.reward.function, "correctness"),
+                                          ("reward.overlong_penalty", cfg.reward.overlong_penalty, 0.0))
+                  if v != default]
+    if cfg.reward.terms is not None and shorthands:
+        raise ConfigError(f"reward.terms is set together with the shorthand {', '.join(shorthands)}; put every "
+                          "term in reward.terms (format: {bonus: ...}, length: {coef: ..., buffer: ...}) or use "
+                          "only the shorthands")
+    if cfg.algo.ref_update_every and cfg.algo.kl_coef == 0:
+        raise ConfigError(f"algo.ref_update_every = {cfg.algo.ref_update_every}: resetting the reference model only "
+                          "matters with a KL term; set algo.kl_coef > 0 or algo.ref_update_every = 0")
+    if cfg.algo.kl_coef > 0 and cfg.kl_in == "loss" and cfg.kl_estimator == "k1":
+        raise ConfigError("algo.kl_estimator = 'k1' with the KL in the loss (algo.kl_in resolves to 'loss'): k1 = "
+                          "log pi - log pi_ref has zero expected gradient as a loss term, so the penalty would do "
+                          "nothing; use k3 (DeepSeekMath) or k2 in the loss, or set algo.kl_in=reward to use k1 "
+                          "as a reward penalty")
+    mb = cfg.train.mini_batch_size
+    if mb is not None and (mb > cfg.train.batch_size or cfg.train.batch_size % mb):
+        raise ConfigError(f"train.mini_batch_size = {mb}: must divide train.batch_size = {cfg.train.batch_size}")
+    bad_k = [k for k in cfg.eval.k if k < 1 or k > cfg.eval.n]
+    if bad_k:
+        raise ConfigError(f"eval.k = {cfg.eval.k}: each k must satisfy 1 <= k <= eval.n = {cfg.eval.n}")
+    if cfg.train.resume not in ("none", "auto") and not Path(cfg.train.resume).exists():
+        raise ConfigError(f"train.resume = {cfg.train.resume!r}: no such checkpoint; allowed: none, auto, "
+                          "or an existing checkpoint folder")
+    if cfg.deepspeed.config_path is not None and not Path(cfg.deepspeed.config_path).is_file():
+        raise ConfigError(f"deepspeed.config_path = {cfg.deepspeed.config_path!r}: file not found")
+    if cfg.data.fields is not None:
+        from mathrl.data.sources import SOURCES
+
+        readers = [n for n, spec in SOURCES.items() if "fields" in spec.options]
+        if cfg.data.source not in readers:
+            raise ConfigError(f"data.fields = {cfg.data.fields}: data.source = {cfg.data.source!r} has its own field "
+                              f"names; only {', '.join(readers)} reads data.fields (set data.source="
+                              f"{readers[0]} and data.path to your file, or remove data.fields)")
+
+
+# --------------------------------------------------------------------------- help text
+
+
+def _fmt_default(f: dataclasses.Field) -> str:
+    if f.default is not dataclasses.MISSING:
+        v = f.default
+    elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        v = f.default_factory()  # type: ignore[misc]
+    else:
+        v = None
+    return "null" if v is None else yaml.safe_dump(v, default_flow_style=True).strip().removesuffix("...").strip()
+
+
+def describe_fields() -> list[tuple[str, str, str, str]]:
+    """(key, type, default, doc) for every field, in declaration order."""
+    rows = []
+    for section, cls in _section_classes().items():
+        hints = _hints(cls)
+        for f in dataclasses.fields(cls):
+            rows.append((f"{section}.{f.name}", _field_type_name(hints[f.name], dict(f.metadata)), _fmt_default(f),
+                         f.metadata["doc"]))
+    return rows
+
+
+def help_text(width: int = 100) -> str:
+    import textwrap
+
+    lines = ["Configuration fields (set in a YAML recipe or as key=value on the command line):", ""]
+    current = None
+    for key, tp, default, doc in describe_fields():
+        section = key.split(".")[0]
+        if section != current:
+            lines.append(f"[{section}]")
+            current = section
+        lines.append(f"  {key} = {default}    ({tp})")
+        lines.extend(textwrap.wrap(doc, width=width, initial_indent="      ", subsequent_indent="      "))
+    lines.extend(["", *_registry_help(width)])
+    return "\n".join(lines)
+
+
+def _registry_help(width: int) -> list[str]:
+    """The registered advantage estimators and reward terms, one entry each, for ``--help``."""
+    import textwrap
+
+    from mathrl.algo.advantages import ESTIMATORS
+    from mathrl.reward.rewards import REWARDS, reward_term_params
+
+    lines = ["Advantage estimators (algo.advantage; registered in mathrl/algo/advantages.py):"]
+    for s in ESTIMATORS.values():
+        facts = [f"{s.level} level", f"rollout.n >= {s.min_group}"]
+        if s.needs_critic:
+            facts.append("critic")
+        if s.params:
+            facts.append("reads " + ", ".join(f"algo.{p}" for p in s.params))
+        lines.append(f"  {s.name}    ({'; '.join(facts)})")
+        lines.extend(textwrap.wrap(s.doc, width=width, initial_indent="      ", subsequent_indent="      "))
+    lines.extend(["", "Reward terms (reward.terms; registered in mathrl/reward/rewards.py):"])
+    for name, term in REWARDS.items():
+        params = reward_term_params(name)
+        lines.append(f"  {name}    (params: weight{''.join(', ' + p for p in params)})")
+        lines.extend(textwrap.wrap(term.doc, width=width, initial_indent="      ", subsequent_indent="      "))
+    return lines
+
+
+def dump_yaml(cfg: Config) -> str:
+    """The resolved configuration as YAML (written into every run folder)."""
+    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)

@@ -1,0 +1,90 @@
+"""Which problems a run trains on and which it is evaluated on (the data side of a training config).
+
+* :func:`load_training_problems` -- the training problems of ``data.*``;
+* :func:`heldout_problems` -- the held-out set the trainer evaluates before and after training (and
+  ``mathrl eval --config``), disjoint from the training stream;
+* :func:`step_indices` -- which training problems step ``s`` uses (a pure function of the seed and the
+  step, so a resumed run sees the same data as an uninterrupted one).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mathrl.config import Config, ConfigError
+
+
+def load_training_problems(cfg: Config):
+    from mathrl.data import load_problems
+
+    d = cfg.data
+    opts: dict[str, Any] = {}
+    if d.source == "synthetic":
+        opts = {"n": d.synthetic_size, "level": d.synthetic_level, "seed": cfg.train.seed}
+    problems = load_problems(d.source, d.path, d.split if d.source != "synthetic" else "train",
+                             limit=d.limit, skip_bad_rows=d.skip_bad_rows, fields=d.fields, **opts)
+    if not problems:
+        raise ConfigError(f"data.source = {d.source!r}: no problems loaded")
+    return problems
+
+
+def heldout_problems(cfg) -> tuple[str, list]:
+    """The held-out evaluation set of a training config: ``(name, problems)``.
+
+    * ``data.eval_source`` set: that source (``data.eval_path`` or its hub
+      test split), first ``data.eval_limit`` problems;
+    * else, for ``data.source = synthetic``: the synthetic ``test`` stream at
+      ``data.synthetic_level`` and seed ``train.seed`` -- a stream independent
+      of the training problems (the generator keys its RNG on the split) whose
+      facts are disjoint from theirs: no held-out problem shares an (operands,
+      operator) step with any problem of the training stream, of any length,
+      seed or level (see :mod:`mathrl.data.synthetic`);
+    * else the training source's test split (``data.eval_path``, or the
+      ``test`` file beside ``data.path``).
+
+    The trainer's before/after evaluation and ``mathrl eval --config`` both use
+    this, so their numbers are on the same problems.
+    """
+    from mathrl.data import load_problems
+
+    d = cfg.data
+    limit = d.eval_limit
+    if d.eval_source is not None:
+        if d.eval_source == "synthetic":
+            return "synthetic", load_problems("synthetic", split="test", n=limit, level=d.synthetic_level,
+                                              seed=cfg.train.seed)
+        return d.eval_source, load_problems(d.eval_source, d.eval_path, "test" if d.eval_path is None or
+                                            Path(d.eval_path).is_dir() else None, limit=limit)
+    if d.source == "synthetic":
+        return "synthetic", load_problems("synthetic", split="test", n=limit, level=d.synthetic_level,
+                                          seed=cfg.train.seed)
+    if d.eval_path is not None:
+        return d.source, load_problems(d.source, d.eval_path, None, limit=limit, fields=d.fields)
+    if d.path is not None:
+        p = Path(d.path)
+        if p.is_dir():
+            return d.source, load_problems(d.source, p, "test", limit=limit, fields=d.fields)
+        for cand in sorted(p.parent.glob("test.*")):
+            return d.source, load_problems(d.source, cand, "test", limit=limit, fields=d.fields)
+        raise ConfigError(f"data.eval_path is not set and there is no test file beside data.path = {d.path}; "
+                          "set data.eval_path (or data.eval_source)")
+    return d.source, load_problems(d.source, None, "test", limit=limit, fields=d.fields)
+
+
+def step_indices(num_problems: int, step: int, batch: int, seed: int, shuffle: bool = True) -> list[int]:
+    """Problem indices of ``step``: consecutive slices of per-epoch seeded permutations
+    (``shuffle=False``: of the file order, pass after pass)."""
+    out = []
+    start = step * batch
+    for pos in range(start, start + batch):
+        epoch, i = divmod(pos, num_problems)
+        if not shuffle:
+            out.append(i)
+            continue
+        g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+        perm = torch.randperm(num_problems, generator=g)
+        out.append(int(perm[i]))
+    return out

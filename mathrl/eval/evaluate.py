@@ -1,0 +1,89 @@
+"""Evaluating a model on benchmark sets: the library behind ``mathrl eval`` (also used by checkpoint
+series and the ablation study). The command line (argument parsing, suites, modes) is in
+:mod:`mathrl.eval.cli`."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from mathrl.config import ConfigError
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def powers_up_to(n: int) -> list[int]:
+    """The default k list for n samples: 1, 2, 4, ... up to n, and n itself."""
+    ks = [1]
+    while ks[-1] * 2 <= n:
+        ks.append(ks[-1] * 2)
+    if ks[-1] != n:
+        ks.append(n)
+    return ks
+
+
+def settings_from_config(cfg, top_k: int | None = None):
+    from mathrl.eval.runner import EvalSettings
+
+    return EvalSettings.from_config(cfg, top_k=top_k)
+
+
+def eval_dtype_name(cfg) -> str:
+    if cfg.model.dtype != "auto":
+        return cfg.model.dtype
+    try:
+        import torch
+
+        return "bfloat16" if torch.cuda.is_available() else "float32"
+    except Exception:  # pragma: no cover
+        return "float32"
+
+
+def make_eval_engine(cfg, model_spec: str):
+    """The rollout engine for evaluation (``rollout.backend``; the model path resolved first)."""
+    from mathrl.models import resolve_model_path
+    from mathrl.rollout import make_engine
+
+    path = resolve_model_path(model_spec, cfg.model.cache_dir)
+    try:
+        return make_engine(cfg.rollout.backend, path, vllm_python=cfg.rollout.vllm_python, dtype=eval_dtype_name(cfg),
+                           seed=cfg.train.seed)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def evaluate_model(cfg, sets, out_dir: Path, *, model_spec: str, command: str, top_k: int | None = None,
+                   engine=None, extra: dict | None = None, log=_log) -> dict:
+    """Evaluate one model on the given sets; write the run folder; return the summary."""
+    from mathrl.eval.report import format_table, write_report, write_summary
+    from mathrl.eval.runner import evaluate_benchmark
+
+    settings = settings_from_config(cfg, top_k)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    own = engine is None
+    t0 = time.time()
+    if own:
+        log(f"loading {model_spec} (backend {cfg.rollout.backend}) ...")
+        engine = make_eval_engine(cfg, model_spec)
+    backend = type(engine).__name__
+    summary = {"model": model_spec, "command": command, "backend": backend, "settings": settings.to_dict(),
+               "benchmarks": {}, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **(extra or {})}
+    try:
+        for name, problems in sets:
+            log(f"[{name}] {len(problems)} problems, n={settings.n}, max_tokens={settings.max_tokens}")
+            res = evaluate_benchmark(engine, problems, settings, name=name, out_dir=out_dir, log=log)
+            summary["benchmarks"][name] = res.summary
+            write_summary(out_dir, summary)
+    finally:
+        if own:
+            engine.close()
+    summary["seconds"] = round(time.time() - t0, 1)
+    paths = write_report(out_dir, summary)
+    print(format_table(summary))
+    print(f"\nwrote {paths['summary']}, {paths['markdown']}" +
+          (f", {', '.join(Path(p).name for p in paths['plots'])}" if paths["plots"] else "") +
+          f" and per-problem samples under {out_dir}/<benchmark>/samples.jsonl ({summary['seconds']:.0f} s)")
+    return summary

@@ -1,0 +1,184 @@
+"""The trainer's models and engines: the policy, reference and critic as DeepSpeed engines, the
+gradient guard, and the rollout engine with the weight sync between them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from mathrl.algo import advantages as adv_mod
+from mathrl.config import Config
+from mathrl.train.engines import (DistInfo, build_engine, build_inference_engine, copy_weights, device, resolve_dtype,
+                                  zero3_init)
+from mathrl.train.ds_json import ds_config, inference_ds_config
+
+
+class GradGuard:
+    """Notices a NaN/inf gradient during backward, before any optimizer step.
+
+    A hook on every trainable parameter adds the sum of the gradient flowing into it (before
+    DeepSpeed reduces or partitions it) to a per-parameter running sum on the device: a sum is
+    NaN/inf when any element is, and stays so when more is added. The hooks never wait for the
+    device; :attr:`bad` checks all running sums at once (one host sync per optimizer step, not one per
+    parameter and micro-batch) and names the first parameter whose gradient was NaN/inf.
+    """
+
+    def __init__(self, module: torch.nn.Module):
+        self._sums: dict[str, torch.Tensor] = {}
+        self._bad: str | None = None
+        self._handles = [p.register_hook(self._hook(n)) for n, p in module.named_parameters() if p.requires_grad]
+
+    def _hook(self, name: str):
+        def check(grad: torch.Tensor) -> None:
+            s = grad.detach().sum(dtype=torch.float32)
+            prev = self._sums.get(name)
+            self._sums[name] = s if prev is None else prev + s
+        return check
+
+    @property
+    def bad(self) -> str | None:
+        """The first parameter (in hook order) whose gradient held NaN/inf since :meth:`reset`, else None."""
+        if self._bad is None and self._sums:
+            names = list(self._sums)
+            finite = torch.isfinite(torch.stack([self._sums[n] for n in names]))
+            if not bool(finite.all()):  # the one host sync
+                self._bad = names[int((~finite).nonzero()[0, 0])]
+        return self._bad
+
+    def reset(self) -> None:
+        self._sums.clear()
+        self._bad = None
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+
+
+@dataclass
+class Models:
+    policy: Any                 # DeepSpeed engine
+    ref: Any | None = None      # frozen module / ZeRO-3 engine
+    critic: Any | None = None   # DeepSpeed engine
+    tokenizer: Any = None
+    model_path: str = ""
+    policy_guard: GradGuard | None = None
+    critic_guard: GradGuard | None = None
+
+
+def seed_all(seed: int) -> None:
+    torch.manual_seed(seed)
+    import random
+
+    random.seed(seed)
+
+
+def optimizer_steps_per_rl_step(cfg: Config) -> int:
+    """Optimizer steps in one RL step: one per mini-batch and PPO epoch (the LR schedule counts these)."""
+    t = cfg.train
+    return cfg.algo.ppo_epochs * (t.batch_size // (t.mini_batch_size or t.batch_size))
+
+
+def build_models(cfg: Config, dist: DistInfo, total_steps: int) -> Models:
+    """The policy engine (and reference, critic). ``total_steps`` is in RL steps; the LR schedule and
+    its warm-up (``train.warmup_steps``, also RL steps) are sized in optimizer steps, since the scheduler
+    advances once per optimizer step (:func:`optimizer_steps_per_rl_step` of them per RL step)."""
+    from mathrl.models import load_causal_lm, load_tokenizer, resolve_model_path
+    from mathrl.models.loading import disable_dropout
+    from mathrl.models.value_head import ValueModel
+
+    dtype = resolve_dtype(cfg.model.dtype)
+    path = resolve_model_path(cfg.model.name, cfg.model.cache_dir)
+    tokenizer = load_tokenizer(path)
+    seed_all(cfg.train.seed)
+    stage3 = cfg.deepspeed.zero_stage == 3
+    # ZeRO-3: load each model sharded (deepspeed.zero.Init), never whole on every rank
+    policy_ds = ds_config(3, cfg.deepspeed.offload, micro_batch=1, world_size=dist.world_size,
+                          grad_clip=cfg.train.max_grad_norm, dtype=dtype,
+                          config_path=cfg.deepspeed.config_path) if stage3 else None
+    with zero3_init(policy_ds):
+        policy = load_causal_lm(path, dtype=dtype, gradient_checkpointing=cfg.model.gradient_checkpointing)
+    if cfg.model.disable_dropout:
+        disable_dropout(policy)
+    t = cfg.train
+    per = optimizer_steps_per_rl_step(cfg)
+    common = dict(schedule=t.lr_schedule, warmup=t.warmup_steps * per, total_steps=total_steps * per,
+                  stage=cfg.deepspeed.zero_stage, offload=cfg.deepspeed.offload, grad_clip=t.max_grad_norm,
+                  dtype=dtype, world_size=dist.world_size, config_path=cfg.deepspeed.config_path)
+    engine = build_engine(policy, lr=t.lr, weight_decay=t.weight_decay, **common)
+    ref = None
+    if cfg.algo.kl_coef > 0:
+        ref_path = resolve_model_path(cfg.model.ref_model, cfg.model.cache_dir) if cfg.model.ref_model else path
+        with zero3_init(inference_ds_config(dtype, dist.world_size) if stage3 else None):
+            ref_module = load_causal_lm(ref_path, dtype=dtype)
+        disable_dropout(ref_module)  # a frozen reference runs in eval mode anyway; this also covers train()
+        ref = build_inference_engine(ref_module, stage=cfg.deepspeed.zero_stage,
+                                     dtype=dtype, world_size=dist.world_size)
+    critic = None
+    if cfg.advantage in adv_mod.NEEDS_CRITIC:
+        cpath = resolve_model_path(cfg.model.critic_model, cfg.model.cache_dir) if cfg.model.critic_model else path
+        with zero3_init(policy_ds):  # sharded like the policy under ZeRO-3
+            critic_module = ValueModel.from_pretrained(cpath, dtype=dtype)
+        if cfg.model.disable_dropout:
+            disable_dropout(critic_module)
+        critic = build_engine(critic_module, lr=t.critic_lr, weight_decay=t.weight_decay, **common)
+    return Models(policy=engine, ref=ref, critic=critic, tokenizer=tokenizer, model_path=path,
+                  policy_guard=GradGuard(engine.module),
+                  critic_guard=GradGuard(critic.module) if critic is not None else None)
+
+
+def full_state_dict(engine) -> dict[str, torch.Tensor]:
+    if engine.zero_optimization_stage() == 3:
+        return engine._zero3_consolidated_16bit_state_dict()
+    return engine.module.state_dict()
+
+
+def iterative_reference(cfg: Config, models: Models) -> bool:
+    return bool(cfg.algo.ref_update_every) and models.ref is not None
+
+
+def reset_reference(models: Models) -> int:
+    """Iterative RL: make the reference model a copy of the current policy (ZeRO-3: shard by shard)."""
+    from mathrl.rollout import iter_full_parameters
+
+    return copy_weights(models.ref, iter_full_parameters(models.policy.module))
+
+
+def make_rollout(cfg: Config, models: Models):
+    """The rollout engine. The hf backend shares the trainer's module when it is not ZeRO-3
+    sharded (no second copy of the weights, nothing to sync); vLLM gets weights pushed."""
+    from mathrl.rollout import make_engine, resolve_backend
+
+    backend, _why = resolve_backend(cfg.rollout.backend, cfg.rollout.vllm_python)
+    kwargs: dict[str, Any] = {}
+    if backend == "hf":
+        if models.policy.zero_optimization_stage() < 3:
+            kwargs["model"] = models.policy.module
+        kwargs["device"] = device()
+    else:
+        from mathrl.rollout.vllm import dist_from_env
+
+        r = cfg.rollout
+        kwargs.update(vllm_python=r.vllm_python, gpu_memory_utilization=r.gpu_memory_utilization,
+                      cpu_kv_cache_gb=r.kv_cache_gb, tensor_parallel_size=r.tensor_parallel_size,
+                      max_model_len=r.max_model_len, enable_sleep_mode=r.enable_sleep_mode,
+                      enforce_eager=r.enforce_eager, sleep_between_steps=r.sleep_between_steps,
+                      sleep_level=r.sleep_level, dist=dist_from_env())
+    if cfg.rollout.dtype != "auto":
+        dtype = cfg.rollout.dtype
+    else:
+        dtype = "float32" if resolve_dtype(cfg.model.dtype) == torch.float32 else "bfloat16"
+    seed = cfg.train.seed if cfg.rollout.seed is None else cfg.rollout.seed
+    return make_engine(backend, models.model_path, tokenizer=models.tokenizer, seed=seed, dtype=dtype, **kwargs)
+
+
+def sync_weights(rollout, engine) -> int:
+    """Push the trainer's current parameters into the rollout engine (ZeRO-3 shards gathered one at a time)."""
+    from mathrl.rollout import iter_full_parameters
+    from mathrl.rollout.colocate import ensure_awake
+
+    if getattr(rollout, "model", None) is engine.module:
+        return 0  # the hf engine shares the trainer's module: nothing to copy
+    ensure_awake(rollout, weights_only=True)  # colocated schedule: weights back, KV cache still free
+    return rollout.update_weights(iter_full_parameters(engine.module))

@@ -1,0 +1,85 @@
+"""Evaluation inside a training run and the run's report: held-out metrics before/after (split across
+ranks), the reward curve and ``summary.md``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from mathrl.config import Config
+from mathrl.train.engines import DistInfo, all_gather_objects
+
+
+def evaluate(rollout, problems, cfg: Config, *, out_dir: Path | None = None,
+             dist: DistInfo | None = None) -> dict[str, float]:
+    """Held-out evaluation with the evaluation stage's runner (:mod:`mathrl.eval.runner`): greedy
+    accuracy, pass@k and maj@k over ``eval.n`` samples, plus the format metrics of the demo.
+
+    ``greedy_boxed`` is the strict score: greedy answer correct *and* written in ``\\boxed{}``.
+    Per-sample records go to ``out_dir/heldout/samples.jsonl`` when ``out_dir`` is given (pass it on
+    the main rank only). With ``dist`` of several ranks every rank generates and grades its share of
+    the chunks, the graded records are all-gathered and every rank returns the same metrics (no rank
+    waits in a collective while one rank evaluates everything).
+    """
+    from mathrl.eval.runner import EvalSettings, evaluate_benchmark
+
+    settings = EvalSettings.from_config(cfg)
+    part = (dist.rank, dist.world_size) if dist is not None else (0, 1)
+    res = evaluate_benchmark(rollout, problems, settings, name="heldout", out_dir=out_dir, log=lambda _m: None,
+                             part=part, gather=all_gather_objects)
+    out = {k: float(v["value"]) for k, v in res.summary["metrics"].items()}
+    samples = [s for r in res.records for s in r["samples"]]
+    out["boxed_rate"] = sum("\\boxed" in s["text"] for s in samples) / len(samples)
+    if settings.greedy:
+        out["greedy_boxed"] = sum(bool(r["greedy"].get("correct")) and "\\boxed" in r["greedy"]["text"]
+                                  for r in res.records) / len(res.records)
+    out["length_mean"] = float(res.summary["mean_length"])
+    out["truncation_rate"] = float(res.summary["truncation_rate"])
+    return out
+
+
+def main_only(dist: DistInfo, path: Path) -> Path | None:
+    return path if dist.is_main else None
+
+
+def plot_rewards(history: list[dict], path: Path) -> None:
+    try:
+        import matplotlib
+    except ImportError:  # a minimal GPU image: the metrics log has the same numbers
+        print(f"mathrl: matplotlib is not installed; {path.name} not drawn", file=sys.stderr, flush=True)
+        return
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [h["step"] for h in history]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(steps, [h["reward/mean"] for h in history], marker="o", label="mean reward")
+    ax.plot(steps, [h["reward/accuracy"] for h in history], marker=".", label="accuracy (train samples)")
+    ax.set_xlabel("step")
+    ax.set_ylabel("reward")
+    ax.set_title("mathrl GRPO: training reward")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_report(out: Path, before: dict, after: dict) -> None:
+    from mathrl.train.metrics import read_metrics
+
+    history = [h for h in read_metrics(out / "metrics.jsonl") if "event" not in h]
+    if history:
+        plot_rewards(history, out / "reward_curve.png")
+    if before or after:
+        keys = [k for k in (after or before)]
+        lines = ["| metric | before | after |", "|---|---|---|"]
+        for k in keys:
+            b, a_ = before.get(k), after.get(k)
+            lines.append(f"| {k} | {'' if b is None else f'{b:.3f}'} | {'' if a_ is None else f'{a_:.3f}'} |")
+        table = "\n".join(lines)
+        (out / "summary.md").write_text(table + "\n")
+        print("\nHeld-out evaluation before and after training:\n" + table, flush=True)
+    if history:
+        print(f"\nreward curve: {out / 'reward_curve.png'}; metrics: {out / 'metrics.jsonl'}", flush=True)

@@ -1,0 +1,64 @@
+"""Starting a training run, shared by every method (RL in :mod:`mathrl.train.loop`, SFT/RFT in
+:mod:`mathrl.ablate`): version and input checks, the process group, the run folder, resume and the
+metrics log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from mathrl.config import Config, ConfigError, dump_yaml
+from mathrl.train import checkpoint as ckpt
+from mathrl.train.checkpoint import State, load_checkpoint
+from mathrl.train.engines import DistInfo, init_distributed, resolve_dtype
+from mathrl.train.metrics import MetricsLogger
+from mathrl.train.models import Models
+from mathrl.train.preflight import preflight
+
+
+def check_batching(cfg: Config, dist: DistInfo) -> None:
+    t = cfg.train
+    mini = t.mini_batch_size or t.batch_size
+    if t.batch_size % dist.world_size or mini % dist.world_size:
+        raise ConfigError(f"train.batch_size = {t.batch_size} and train.mini_batch_size = {mini} must be divisible "
+                          f"by the number of processes ({dist.world_size})")
+
+
+def prepare_run(cfg: Config) -> tuple[DistInfo, Path]:
+    """Process group, batch-size checks, the run folder with its resolved config; removes checkpoints
+    half-written by a crash. Shared by every training method (RL here, SFT/RFT in mathrl.ablate)."""
+    from mathrl.versions import check_versions
+
+    check_versions()  # an old DeepSpeed/transformers fails here with a message, not deep inside them
+    preflight(cfg)  # cheap input checks (tokenizer, config.json, data) before any expensive work
+    if resolve_dtype(cfg.model.dtype) == torch.float16:
+        raise ConfigError("model.dtype = 'float16': training in float16 needs loss scaling, which mathrl's DeepSpeed "
+                          "configs do not set up; use model.dtype=bfloat16 (or auto: bfloat16 on GPU, float32 on CPU)")
+    dist = init_distributed(cfg.train.dist_timeout_minutes)
+    check_batching(cfg, dist)
+    out = Path(cfg.train.output_dir)
+    if dist.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.yaml").write_text(dump_yaml(cfg))
+        ckpt.clean_temporaries(out)
+    return dist, out
+
+
+def resume_and_log(cfg: Config, dist: DistInfo, out: Path, models: Models, state: State
+                   ) -> tuple[Path | None, MetricsLogger]:
+    """Restore ``train.resume``'s checkpoint into ``models``/``state`` (if any) and open the metrics log
+    (truncated to the resumed step). Shared by every training method (RL here, SFT/RFT in mathrl.ablate)."""
+    try:
+        resume_from = ckpt.find_resume(out, cfg.train.resume)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if resume_from is not None:
+        load_checkpoint(resume_from, models, state)
+        if dist.is_main:
+            print(f"mathrl: resumed from {resume_from} (step {state.step})", flush=True)
+    logger = MetricsLogger(out, enabled=dist.is_main, tensorboard=cfg.logging.tensorboard, wandb=cfg.logging.wandb,
+                           wandb_project=cfg.logging.wandb_project, config=cfg.to_dict(),
+                           resume_step=state.step if resume_from is not None else None,
+                           total_steps=cfg.train.steps, console=cfg.logging.console, log_every=cfg.logging.log_every)
+    return resume_from, logger

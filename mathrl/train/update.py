@@ -1,0 +1,206 @@
+"""Step 6 of an RL step: the PPO/GRPO update of one mini-batch (policy, then critic) over token-budgeted
+micro-batches, with the global normalisers, NaN/inf skipping and the step's metrics."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from mathrl.algo import kl as kl_mod
+from mathrl.algo.losses import agg_loss, policy_loss, value_loss
+from mathrl.config import Config
+from mathrl.train.engines import all_ranks_ok, device, discard_gradients
+from mathrl.train.forward import make_micro_batch, policy_forward, value_forward
+from mathrl.train.models import GradGuard
+
+
+@dataclass
+class TrainBatch:
+    """What the update of one RL step reads, per response row of this rank (N = prompts x G rows,
+    T = the longest response): the rollout's tokens and the tensors steps 4-5 computed from them."""
+
+    batch: Any                              # mathrl.rollout.RolloutBatch (prompt_ids, prompt_mask, response_ids)
+    mask: torch.Tensor                      # [N, T] bool, the response tokens
+    advantages: torch.Tensor                # [N, T]
+    old_logp: torch.Tensor | None = None    # [N, T] logprobs under the sampling policy (None: the current ones)
+    ref_logp: torch.Tensor | None = None    # [N, T] reference logprobs (KL on)
+    old_values: torch.Tensor | None = None  # [N, T] critic values before the update (GAE)
+    returns: torch.Tensor | None = None     # [N, T] value targets (GAE)
+    norm_const: float = 1.0                 # the constant of the seq-mean-token-sum-norm aggregation
+    loss_sign: float = 1.0                  # -1 flips the policy gradient (a test hook)
+
+
+def group_share(cfg: Config) -> int:
+    """Rows per shared prompt in training forwards (1 = no sharing)."""
+    return cfg.rollout.n if cfg.train.share_prompt and cfg.rollout.n > 1 else 1
+
+
+def sampling_temperature(r) -> float:
+    """The temperature the trainer's logprobs use: the sampler's (greedy sampling scores at 1)."""
+    return r.temperature if r.temperature > 0 else 1.0
+
+
+def finite(x: torch.Tensor) -> bool:
+    """No NaN/inf anywhere in ``x`` (one host sync)."""
+    return bool(torch.isfinite(x).all())
+
+
+def _acc(stats_acc: dict[str, list[float]], key: str, value) -> None:
+    stats_acc.setdefault(key, []).append(float(value))
+
+
+def skip_or_step(engine, guard: GradGuard | None, problem: str | None, what: str, step: int) -> str | None:
+    """The optimizer step of one mini-batch, unless some rank saw NaN/inf in it; returns what was bad."""
+    from mathrl.train.faults import fault
+
+    fault("optimizer", step)
+    if problem is None and guard is not None and guard.bad is not None:
+        problem = f"{what} gradient of {guard.bad} is NaN/inf"
+    if guard is not None:
+        guard.reset()
+    if all_ranks_ok(problem is None):
+        engine.step()
+        gn = engine.get_global_grad_norm()
+        if gn is not None and not math.isfinite(float(gn)):  # DeepSpeed skipped it (its own overflow check)
+            return f"{what} gradient norm is {gn}"
+        return None
+    discard_gradients(engine)
+    return problem or f"{what}: NaN/inf on another rank"
+
+
+def update_policy(cfg: Config, dist, models, tb: TrainBatch, plan, norms, stats_acc: dict[str, list[float]],
+                  step: int = 0) -> str | None:
+    """Backward over the micro-batches of one mini-batch, then one optimizer step.
+
+    ``plan`` is this rank's :func:`agreed_plan`: ``(rows, real)`` pairs, the same count on every rank;
+    padding entries (``real=False``) run forward and backward with weight 0, so every rank takes part
+    in each of ZeRO's per-backward collectives and the gradient is unchanged.
+
+    NaN/inf in the logprobs, the loss or any gradient skips the step (gradients discarded, no
+    optimizer or scheduler step); returns where it was seen. The remaining micro-batches still run
+    (with weight 0) so that the other ranks are not left waiting in a collective."""
+    from mathrl.train.faults import fault
+
+    a, r = cfg.algo, cfg.rollout
+    engine = models.policy
+    engine.train()
+    problem = None
+    gs = group_share(cfg)
+    n_real = sum(real for _, real in plan)
+    batch, old_logp, ref_logp = tb.batch, tb.old_logp, tb.ref_logp
+    for i, (rows, real) in enumerate(plan):
+        mb = make_micro_batch(batch.prompt_ids, batch.prompt_mask, batch.response_ids, tb.mask, rows, device(), gs)
+        # entropy comes from the same fused pass as the logprobs; it enters the loss only with a bonus
+        logp, ent = policy_forward(engine, mb, temperature=sampling_temperature(r), with_entropy=True)
+        m = mb.response_mask
+        adv = tb.advantages[rows, : mb.T].to(logp.device)
+        old = old_logp[rows, : mb.T].to(logp.device) if old_logp is not None else logp.detach()
+        agg = dict(agg=a.loss_agg, norm_tokens=norms.tokens, norm_seqs=norms.seqs, norm_const=tb.norm_const)
+        pg_loss, st = policy_loss(logp, old, adv * tb.loss_sign, m, clip_low=a.clip_low, clip_high=a.clip_high,
+                                  dual_clip=a.dual_clip, **agg)
+        loss = pg_loss
+        kl_loss = None
+        if ref_logp is not None and cfg.kl_in == "loss":
+            kl_tok = kl_mod.estimate(logp, ref_logp[rows, : mb.T].to(logp.device), cfg.kl_estimator)
+            kl_loss = agg_loss(kl_tok, m, **agg)
+            loss = loss + a.kl_coef * kl_loss
+        if a.entropy_coef > 0:
+            loss = loss - a.entropy_coef * agg_loss(ent, m, **agg)
+        if real:
+            if kl_loss is not None:
+                _acc(stats_acc, "loss/kl", kl_loss.detach() * n_real)  # micro losses sum to the mini-batch's
+            for k, v in st.items():
+                _acc(stats_acc, f"policy/{k}", v)
+            _acc(stats_acc, "policy/entropy", (ent.detach() * m).sum() / m.sum().clamp(min=1))
+            _acc(stats_acc, "loss/policy", pg_loss.detach() * n_real)
+            if i == n_real - 1 and fault("loss", step):  # after the other micro-batches' backward
+                loss = loss * float("nan")
+            where = f"micro-batch {i + 1} of {n_real}"
+            if problem is None and not finite(logp):
+                problem = f"policy logprobs are NaN/inf ({where})"
+            elif problem is None and not finite(loss):
+                problem = f"policy loss is {float(loss.detach())} ({where})"
+        # DeepSpeed averages gradients over ranks; the loss already carries the global normaliser.
+        weight = float(dist.world_size) if real and problem is None else 0.0
+        engine.backward(loss * weight, scale_wrt_gas=False)
+    problem = skip_or_step(engine, models.policy_guard, problem, "policy", step)
+    gn = engine.get_global_grad_norm() if problem is None else None
+    if gn is not None:
+        _acc(stats_acc, "policy/grad_norm", float(gn))
+    return problem
+
+
+def update_critic(cfg: Config, dist, models, tb: TrainBatch, plan, norms, stats_acc: dict[str, list[float]],
+                  step: int = 0) -> str | None:
+    """The critic's counterpart of :func:`update_policy` (same plan, padding and NaN handling)."""
+    a = cfg.algo
+    engine = models.critic
+    engine.train()
+    problem = None
+    n_real = sum(real for _, real in plan)
+    for i, (rows, real) in enumerate(plan):
+        mb = make_micro_batch(tb.batch.prompt_ids, tb.batch.prompt_mask, tb.batch.response_ids, tb.mask, rows,
+                              device(), group_share(cfg))
+        v = value_forward(engine, mb)
+        m = mb.response_mask
+        loss, st = value_loss(v, tb.old_values[rows, : mb.T].to(v.device), tb.returns[rows, : mb.T].to(v.device),
+                              m, clip=a.value_clip or None, agg=a.loss_agg, norm_tokens=norms.tokens,
+                              norm_seqs=norms.seqs, norm_const=tb.norm_const)  # value_clip 0 = no clipping
+        if real:
+            for k, val in st.items():
+                _acc(stats_acc, f"critic/{k}", val)
+            _acc(stats_acc, "loss/value", loss.detach() * n_real)
+            if problem is None and not finite(loss):
+                problem = f"value loss is {float(loss.detach())} (micro-batch {i + 1} of {n_real})"
+        weight = float(dist.world_size) if real and problem is None else 0.0
+        engine.backward(a.vf_coef * loss * weight, scale_wrt_gas=False)
+    return skip_or_step(engine, models.critic_guard, problem, "critic", step)
+
+
+def step_metrics(cfg: Config, sampled, tb: TrainBatch, stats_acc: dict[str, list[float]]) -> dict[str, float]:
+    """The step's metrics: rewards and accuracy (``sampled``: a :class:`mathrl.train.sampling.Sampled`),
+    lengths, KL, sampler-vs-trainer logprob agreement, and the means of the update's statistics."""
+    batch, grades, correct, scores, truncated = (sampled.batch, sampled.grades, sampled.correct, sampled.scores,
+                                                 sampled.truncated)
+    mask, ref_logp, old_logp = tb.mask, tb.ref_logp, tb.old_logp
+    G = cfg.rollout.n
+    lengths = mask.sum(1).float()
+    groups = scores.view(-1, G)
+    out = {
+        "reward/mean": float(scores.mean()),
+        "reward/std": float(scores.std()) if scores.numel() > 1 else 0.0,
+        "reward/accuracy": sum(correct) / len(correct),
+        "reward/zero_variance_groups": float((groups.std(1) == 0).float().mean()) if G > 1 else 1.0,
+        "reward/boxed": sum("\\boxed" in t for t in batch.response_text) / len(batch.response_text),
+        "response/length_mean": float(lengths.mean()),
+        "response/length_max": float(lengths.max()),
+        "response/truncated": sum(truncated) / len(truncated),
+        "tokens": float(mask.sum()),
+    }
+    if grades is not None:
+        out["reward/answer_found"] = sum(g.extracted is not None for g in grades) / len(grades)
+        out["reward/timeouts"] = float(sum(g.reason == "timeout" for g in grades))
+    if old_logp is not None and cfg.rollout.top_p >= 1.0 and cfg.rollout.top_k <= 0:
+        # sampler vs trainer logprobs of the same tokens under the same weights: a live check that the
+        # rollout engine has the current weights (stale weights show up as large differences)
+        diff = (batch.logprobs - old_logp).abs()[mask]
+        out["rollout/logprob_diff_max"] = float(diff.max()) if diff.numel() else 0.0
+        out["rollout/logprob_diff_mean"] = float(diff.mean()) if diff.numel() else 0.0
+    if ref_logp is not None:
+        sampler_logp = batch.logprobs if old_logp is None else old_logp
+        kl = kl_mod.estimate(sampler_logp, ref_logp, cfg.kl_estimator)
+        out["kl/mean"] = float((kl * mask).sum() / mask.sum().clamp(min=1))
+    for k, v in stats_acc.items():
+        vals = [x for x in v if math.isfinite(x)]
+        if not vals:
+            continue
+        if k.endswith("ratio_min"):
+            out[k] = min(vals)
+        elif k.endswith("ratio_max"):
+            out[k] = max(vals)
+        else:
+            out[k] = sum(vals) / len(vals)
+    return out
