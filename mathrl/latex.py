@@ -3,7 +3,7 @@
 * :func:`matching_brace`: the ``}`` closing a ``{`` (escaped braces do not count).
 * The one ``\\boxed`` / ``\\fbox`` scanner: :func:`scan_boxes`, :func:`find_boxes`,
   :func:`last_box`. Gold extraction (:func:`mathrl.data.gold.last_boxed`), answer extraction from
-  model output (:func:`mathrl.reward.extract.find_boxed`) and answer normalisation
+  model output (:func:`mathrl.reward.extract.extract_answer`) and answer normalisation
   (:func:`mathrl.reward.normalize.clean`) all call it, so they read a box the same way.
 
 Box rules

@@ -44,7 +44,7 @@ class Progress:
 
     def set_postfix(self, text: str) -> None:
         if self._bar is not None:
-            self._bar.set_postfix_str(text, refresh=False)
+            self._bar.set_postfix_str(text, refresh=True)
 
     def close(self) -> None:
         if self._bar is not None:

@@ -130,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
         _worker(args)
         return 0
 
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from mathrl.progress import Progress
+
     threads = os.environ.get("OMP_NUM_THREADS")
     env = dict(os.environ, OMP_NUM_THREADS=threads or "1")
     gib = 2**30
@@ -138,18 +141,26 @@ def main(argv: list[str] | None = None) -> int:
           f"OMP_NUM_THREADS={env['OMP_NUM_THREADS']}; {args.repeats} timed runs; "
           "peak = RSS high-water increase over logits+ids (fresh process per variant)")
     results = []
-    for name in args.only or VARIANTS:
-        cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, "--n", str(args.n),
-               "--t", str(args.t), "--v", str(args.v), "--dtype", args.dtype,
-               "--repeats", str(args.repeats)]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        if proc.returncode != 0:
-            print(f"{name}: failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}", file=sys.stderr)
-            return 1
-        results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-        r = results[-1]
-        print(f"  done: {name:32s} {r['time_s']:.3f} s  {r['peak_extra_bytes'] / gib:.2f} GiB",
-              file=sys.stderr)
+    names = list(args.only or VARIANTS)
+    with Progress(len(names), "bench_algo", unit="variant") as bar:
+        for i, name in enumerate(names):
+            if i == 0:
+                bar.set_postfix(name)
+            cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, "--n", str(args.n),
+                   "--t", str(args.t), "--v", str(args.v), "--dtype", args.dtype,
+                   "--repeats", str(args.repeats)]
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            if proc.returncode != 0:
+                bar.close()
+                print(f"{name}: failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}", file=sys.stderr)
+                return 1
+            results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            r = results[-1]
+            if not bar.enabled:  # on a terminal the bar shows the progress instead
+                print(f"  done: {name:32s} {r['time_s']:.3f} s  {r['peak_extra_bytes'] / gib:.2f} GiB",
+                      file=sys.stderr)
+            bar.set_postfix(names[i + 1] if i + 1 < len(names) else "")
+            bar.update()
 
     print()
     print("| variant | time median (s) | time min (s) | peak extra memory (GiB) | checksum |")

@@ -79,12 +79,17 @@ def timed_pair(fns: dict, repeats: int) -> dict:
     """Each ``fn(sampling)`` returns generated tokens (or ``{seconds, num_tokens}``). One short
     warm-up call each (16 tokens: compiles kernels, fills caches), then ``repeats`` rounds in which
     the methods run alternately, so that load from other processes hits them alike."""
-    for fn in fns.values():
-        fn(WARMUP)
+    from mathrl.progress import Progress
+
     runs: dict = {k: [] for k in fns}
-    for _ in range(repeats):
-        for k, fn in fns.items():
-            runs[k].append(_run(fn, FULL))
+    with Progress(len(fns) * (1 + repeats), f"bench_rollout ({', '.join(fns)})", unit="call") as bar:
+        for fn in fns.values():
+            fn(WARMUP)
+            bar.update()
+        for _ in range(repeats):
+            for k, fn in fns.items():
+                runs[k].append(_run(fn, FULL))
+                bar.update()
     return runs
 
 

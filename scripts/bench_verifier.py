@@ -84,9 +84,9 @@ def gsm8k_sets(path: Path, limit: int | None):
 
 
 def _last_box_span(text: str) -> tuple[int, int] | None:
-    from mathrl.reward.extract import find_boxed
+    from mathrl.latex import find_boxes
 
-    boxes = find_boxed(text)
+    boxes = find_boxes(text)
     if not boxes:
         return None
     start, end, _ = boxes[-1]
@@ -174,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     import logging
 
     logging.disable(logging.WARNING)
+    from mathrl.progress import Progress
     from mathrl.reward.pool import default_workers, get_pool
 
     limit = 100 if args.quick else None
@@ -203,13 +204,17 @@ def main(argv: list[str] | None = None) -> int:
         ("math-verify boxed gold", lambda cs: run_math_verify(cs, True), None),
     ]
     results: dict[tuple[str, str], tuple[int, int, float, int]] = {}
-    for vname, fn, pool_size in verifiers:
-        if pool_size is not None:
-            get_pool(pool_size).grade_many([("\\boxed{1}", "1", False)] * pool_size, 30.0)  # warm up
-        for sname, cases in sets:
-            right, dt, extra = fn(cases)
-            results[(vname, sname)] = (right, len(cases), dt, extra)
-            print(f"  {vname:<24} {sname:<24} {right}/{len(cases)} in {dt:.2f}s", file=sys.stderr)
+    with Progress(len(verifiers) * sum(len(cases) for _, cases in sets), "bench_verifier", unit="case") as bar:
+        for vname, fn, pool_size in verifiers:
+            bar.set_postfix(vname)
+            if pool_size is not None:
+                get_pool(pool_size).grade_many([("\\boxed{1}", "1", False)] * pool_size, 30.0)  # warm up
+            for sname, cases in sets:
+                right, dt, extra = fn(cases)
+                results[(vname, sname)] = (right, len(cases), dt, extra)
+                if not bar.enabled:  # on a terminal the bar shows the progress instead
+                    print(f"  {vname:<24} {sname:<24} {right}/{len(cases)} in {dt:.2f}s", file=sys.stderr)
+                bar.update(len(cases))
 
     # table
     snames = [s for s, _ in sets] + ["all"]

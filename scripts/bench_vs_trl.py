@@ -259,6 +259,7 @@ def make_trl_reward(spec: dict):
     """mathrl's verifier (the same grading and reward terms as mathrl's ``reward.function=correctness``)
     as a TRL reward function."""
     from mathrl.reward import compute_rewards, grade_batch
+    from mathrl.reward.rewards import RewardContext
 
     T = spec["T"]
 
@@ -266,7 +267,8 @@ def make_trl_reward(spec: dict):
         # truncated = hit the token limit without EOS (mathrl's finish reason 'length')
         truncated = [len(ids) >= T and ids[-1] not in EOS_IDS for ids in completion_ids]
         grades = grade_batch(completions, gold, timeout=5.0, workers=spec["reward_workers"], truncated=truncated)
-        return compute_rewards({"correctness": {}}, grades, completions, truncated=truncated)
+        return compute_rewards({"correctness": {}},
+                               RewardContext(responses=completions, grades=grades, truncated=truncated))
 
     return mathrl_correctness
 
@@ -698,6 +700,8 @@ def main(argv=None) -> int:
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="bench_vs_trl_"))
     workdir.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(REPO))
+    from mathrl.progress import Progress
+
     if args.model == "tiny":
         from mathrl.testing.tiny import save_tiny_model
 
@@ -748,20 +752,26 @@ def main(argv=None) -> int:
                 print("  TRL settings: " + json.dumps(ready[k]["settings"], sort_keys=True), flush=True)
             elif k.startswith("mathrl"):
                 print(f"  {k} settings: " + " ".join(ready[k]["settings"]["overrides"]), flush=True)
-        for rnd in range(args.warmup + args.steps):
-            tag = "warm-up" if rnd < args.warmup else f"step {rnd - args.warmup + 1}/{args.steps}"
-            for k in kinds:  # alternate: A B (L) A B (L) ...
-                if k in failed:
-                    continue
-                try:
-                    msg = workers[k].step()
-                except RuntimeError as exc:
-                    fail(k, exc)
-                    continue
-                results[k].append(msg)
-                extra = f", phases {', '.join(f'{p} {v:.2f}' for p, v in msg['phases'].items())}" \
-                    if "phases" in msg else ""
-                print(f"  [{tag}] {k}: {msg['wall']:.2f} s{extra}", flush=True)
+        with Progress((args.warmup + args.steps) * len(kinds), "bench_vs_trl", unit="step") as bar:
+            quiet = bar.enabled and sys.stdout.isatty()  # the step lines would break the bar on this terminal
+            for rnd in range(args.warmup + args.steps):
+                tag = "warm-up" if rnd < args.warmup else f"step {rnd - args.warmup + 1}/{args.steps}"
+                for k in kinds:  # alternate: A B (L) A B (L) ...
+                    msg = None
+                    if k not in failed:
+                        try:
+                            msg = workers[k].step()
+                        except RuntimeError as exc:
+                            fail(k, exc)
+                    if msg is not None:
+                        results[k].append(msg)
+                        extra = f", phases {', '.join(f'{p} {v:.2f}' for p, v in msg['phases'].items())}" \
+                            if "phases" in msg else ""
+                        if quiet:
+                            bar.set_postfix(f"[{tag}] {k}: {msg['wall']:.2f} s")
+                        else:
+                            print(f"  [{tag}] {k}: {msg['wall']:.2f} s{extra}", flush=True)
+                    bar.update()
         for k in kinds:
             if k not in failed:
                 try:

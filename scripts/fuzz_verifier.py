@@ -36,13 +36,16 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from mathrl.progress import Progress  # noqa: E402
 from mathrl.reward import REASONS, compute_rewards, grade_batch, shutdown_pool  # noqa: E402
+from mathrl.reward.rewards import RewardContext  # noqa: E402
 from mathrl.testing.fuzz import case_violations, valid_grade  # noqa: E402
 from mathrl.testing.hostile import REALISTIC, generate, named_cases  # noqa: E402
 from mathrl.reward.pool import get_pool  # noqa: E402
 from mathrl.procs import child_pids, cmdline, status_kb  # noqa: E402
 
-REWARD_TERMS = {"correctness": {}, "format": {"bonus": 0.1}, "length": {"max_length": 4096}}
+REWARD_TERMS = {"correctness": {}, "format": {"bonus": 0.1}, "length": {}}
+MAX_LENGTH = 4096  # the length term's limit
 
 
 # ----------------------------------------------------------------------------- /proc helpers
@@ -174,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
     it = cases()
     chunk_no = 0
+    bar = Progress(total, "fuzz_verifier", unit="case")
     while True:
         tg = time.perf_counter()
         chunk = []
@@ -195,8 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             grades = grade_batch(resps, golds, timeout=args.timeout, workers=args.workers, truncated=truncs,
                                  durations=durations)
-            rewards = compute_rewards(REWARD_TERMS, grades, resps, truncated=truncs,
-                                      lengths=[len(r) for r in resps])
+            ctx = RewardContext(responses=resps, grades=grades, truncated=truncs, lengths=[len(r) for r in resps],
+                                max_length=MAX_LENGTH)
+            rewards = compute_rewards(REWARD_TERMS, ctx)
         except BaseException as e:  # noqa: BLE001 - the point is that nothing escapes
             fail(f"chunk {chunk_no}: {type(e).__name__} escaped: {e}")
             raise
@@ -208,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         max_chunk_ratio = max(max_chunk_ratio, wall / bound)
         if wall > bound:
             fail(f"chunk {chunk_no}: {wall:.1f} s > bound {bound:.1f} s")
+        bar.update(len(chunk))
         if len(grades) != len(chunk) or len(rewards) != len(chunk) or len(durations) != len(chunk):
             fail(f"chunk {chunk_no}: {len(grades)} grades / {len(rewards)} rewards for {len(chunk)} cases")
             continue
@@ -233,12 +239,15 @@ def main(argv: list[str] | None = None) -> int:
             fail(f"parent RSS {sampler.parent_peak_kb / 1024:.0f} MB > {args.parent_rss_mb} MB")
         if sampler.worker_peak_kb / 1024 > args.worker_rss_mb:
             fail(f"worker RSS {sampler.worker_peak_kb / 1024:.0f} MB > {args.worker_rss_mb} MB")
-        if chunk_no % 10 == 0 or n_done == total:
+        if bar.enabled:  # on a terminal the bar shows the progress instead of the lines below
+            bar.set_postfix(f"{reasons_total['timeout']} timeouts, {len(failures)} failures")
+        elif chunk_no % 10 == 0 or n_done == total:
             el = time.perf_counter() - t_start
             print(f"[fuzz] {n_done}/{total} cases, {n_done / grade_s:.0f} cases/s grading, "
                   f"{reasons_total['timeout']} timeouts, elapsed {el:.0f} s, "
                   f"RSS parent {sampler.parent_peak_kb / 1024:.0f} MB workers {sampler.worker_peak_kb / 1024:.0f} MB",
                   file=sys.stderr, flush=True)
+    bar.close()
     sampler.sample()
     sampler.stop()
     pool = get_pool()

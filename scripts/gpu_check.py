@@ -185,15 +185,20 @@ def problems(n: int = 64):
     return out
 
 
-def reward_fn(responses, golds, truncated):
-    """The real verifier (math-verify path) plus a small bonus from a hash of the text, so groups of a random model
-    still have reward variance and GRPO's advantages are not all zero."""
+def register_hash_bonus() -> None:
+    """The reward term ``gpu_check_hash``: a small bonus from a hash of the text, added to the real
+    verifier's ``correctness`` so groups of a random model still have reward variance and GRPO's
+    advantages are not all zero."""
     import zlib
 
-    from mathrl.reward import grade
+    from mathrl.reward.rewards import REWARDS, register_reward
 
-    return [float(grade(r, g, truncated=t).correct) + 0.25 * (zlib.crc32(r.encode()) % 2)
-            for r, g, t in zip(responses, golds, truncated)]
+    if "gpu_check_hash" in REWARDS:
+        return
+
+    @register_reward("gpu_check_hash", needs_grades=False)
+    def hash_bonus(ctx, *, bonus: float = 0.25) -> list[float]:
+        return [bonus * (zlib.crc32(r.encode()) % 2) for r in ctx.responses]
 
 
 # --------------------------------------------------------------------------- algo on the device
@@ -259,7 +264,9 @@ def train_cfg(model_dir: Path, out: Path, algo: str, stage: int, steps: int, dev
             f"rollout.n={8 if cuda else 4}", f"train.batch_size={8 if cuda else 2}", "train.lr=1e-5",
             f"train.steps={steps}", f"deepspeed.zero_stage={stage}", "data.template=chat_boxed",
             f"model.dtype={'bfloat16' if cuda else 'float32'}", "logging.tensorboard=false",
-            f"train.output_dir={out}", f"algo.name={algo}"]
+            f"train.output_dir={out}", f"algo.name={algo}",
+            "reward.terms={correctness: {}, gpu_check_hash: {}}"]
+    register_hash_bonus()
     if algo == "grpo":
         over.append("algo.kl_coef=0.04")
     return load_config(None, over + list(extra))
@@ -299,8 +306,7 @@ def train_run(model_dir: Path, out: Path, shape: Shape, algo: str, stage: int, s
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     try:
-        rc = run(train_cfg(model_dir, out, algo, stage, steps, device, extra), problems=problems(),
-                 reward_fn=reward_fn)
+        rc = run(train_cfg(model_dir, out, algo, stage, steps, device, extra), problems=problems())
         logged = _steps(out)
         keys = ("reward/mean", "loss/policy", "loss/value", "kl/mean", "policy/grad_norm", "tokens")
         row["metrics"] = [{k: s[k] for k in keys if k in s} for s in logged]

@@ -366,17 +366,24 @@ def run_study(study_path: str | Path | Study, *, out: str | Path | None = None, 
         _write_json(study.out / "plan.json", {"study": study.name, "file": str(study.path), "runs": [
             {"name": r.name, "method": r.method, "overrides": r.override_dict(), "rft": r.rft} for r in study.runs]})
     if isolate is None:
-        isolate = (task.train_problems is None and task.eval_problems is None and task.reward_fn is None
+        isolate = (task.train_problems is None and task.eval_problems is None and task.reward_terms is None
                    and task.grader is None and os.environ.get(CHILD_ENV) != "1"
                    and int(os.environ.get("WORLD_SIZE", "1")) == 1)
     if not report_only:
-        for r in study.runs:
-            if only and r.name not in only:
-                continue
-            if isolate and not (study.out / r.name / DONE).is_file():
-                _run_in_worker(study, r, log)
-            else:
-                run_one(study, r, task, log=log)
+        from mathrl.progress import Progress
+
+        runs = [r for r in study.runs if not only or r.name in only]
+        shown = _is_main() and os.environ.get(CHILD_ENV) != "1"  # a worker's run is on its parent's bar
+        with Progress(len(runs), f"ablation {study.name}", unit="run", enabled=None if shown else False) as bar:
+            for i, r in enumerate(runs):
+                if i == 0:
+                    bar.set_postfix(r.name)
+                if isolate and not (study.out / r.name / DONE).is_file():
+                    _run_in_worker(study, r, log)
+                else:
+                    run_one(study, r, task, log=log)
+                bar.set_postfix(runs[i + 1].name if i + 1 < len(runs) else "")  # drawn by this update
+                bar.update()
     data: dict = {}
     if report and _is_main():
         data = write_study_report(study, log=log)

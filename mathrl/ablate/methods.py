@@ -18,7 +18,8 @@ checkpoint layout, so only the update rule differs. RFT's update is one SFT step
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import torch
@@ -32,21 +33,22 @@ __all__ = ["Task", "run_method", "run_sft_method", "sample_and_filter"]
 class Task:
     """A custom task for a study (scripts and tests): problems and, optionally, how to score them.
 
-    ``reward_fn(responses, golds, truncated) -> list[float]`` replaces the verifier in training (a
-    response counts as correct for RFT when its reward is > 0); ``grader(responses, golds,
-    truncated) -> list[Grade]`` replaces it in evaluation. ``None`` = the config's data and verifier.
+    ``reward_terms`` replaces the config's ``reward.terms`` in training (a mapping name ->
+    ``{"weight": w, **params}`` of registered terms; a custom task registers its own with
+    ``register_reward(name, needs_grades=False)``, and a response counts as correct for RFT when its reward
+    is > 0); ``grader(responses, golds, truncated) -> list[Grade]`` replaces the verifier in evaluation.
+    ``None`` = the config's data, reward and verifier.
     """
 
     train_problems: list | None = None
     eval_problems: list | None = None
     eval_name: str = "heldout"
-    reward_fn: Callable | None = None
+    reward_terms: Mapping[str, Mapping | None] | None = None
     grader: Callable | None = None
 
 
 def sample_and_filter(cfg: Config, dist, models, rollout, problems: list, step: int, *, dedup: bool = True,
-                      max_per_problem: int | None = None, reward_fn=None) -> tuple[dict[str, torch.Tensor],
-                                                                                   dict[str, float]]:
+                      max_per_problem: int | None = None) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
     """Sample G responses for the problems of ``step`` (this rank's share), grade, keep the correct ones.
 
     The problems, prompts and sampling seed are exactly those of step ``step`` of
@@ -56,7 +58,7 @@ def sample_and_filter(cfg: Config, dist, models, rollout, problems: list, step: 
     from mathrl.train.sampling import sample_and_grade
     from mathrl.train.sft import rft_filter
 
-    s = sample_and_grade(cfg, dist, models.tokenizer, rollout, problems, step, reward_fn=reward_fn)
+    s = sample_and_grade(cfg, dist, models.tokenizer, rollout, problems, step)
     batch, correct, truncated, batch_problems = s.batch, s.correct, s.truncated, s.problems
     kept = rft_filter(batch.group_index.tolist(), batch.response_text, correct, dedup=dedup,
                       max_per_problem=max_per_problem)
@@ -117,7 +119,7 @@ def load_pool(path) -> list[tuple[dict, dict]]:
 
 
 def run_sft_method(cfg: Config, *, online: bool, dedup: bool = True, max_per_problem: int | None = None,
-                   problems: list | None = None, reward_fn=None) -> int:
+                   problems: list | None = None) -> int:
     """Offline (``online=False``) or online RFT into ``cfg.train.output_dir``; returns 0.
 
     Writes ``config.yaml``, ``metrics.jsonl`` (one record per step; offline RFT also an
@@ -142,7 +144,7 @@ def run_sft_method(cfg: Config, *, online: bool, dedup: bool = True, max_per_pro
     state = State()
     resume_from, logger = resume_and_log(cfg, dist, out, models, state)
     rollout = make_rollout(cfg, models)
-    opts: dict[str, Any] = dict(dedup=dedup, max_per_problem=max_per_problem, reward_fn=reward_fn)
+    opts: dict[str, Any] = dict(dedup=dedup, max_per_problem=max_per_problem)
     try:
         sync_weights(rollout, models.policy)
         pool: list[tuple[dict, dict]] = []
@@ -202,6 +204,14 @@ def run_sft_method(cfg: Config, *, online: bool, dedup: bool = True, max_per_pro
     return 0
 
 
+def _with_reward_terms(cfg: Config, terms: Mapping[str, Mapping | None]) -> Config:
+    """A copy of ``cfg`` with ``reward.terms = terms`` (checked against the registry like a config's)."""
+    from mathrl.reward.rewards import check_reward_terms
+
+    check_reward_terms(terms)
+    return replace(cfg, reward=replace(cfg.reward, terms={k: dict(v or {}) for k, v in terms.items()}))
+
+
 def run_method(method: str, cfg: Config, *, rft_opts: dict | None = None, task=None) -> int:
     """Train ``cfg`` with ``method`` (rft, online_rft, grpo, ppo) into ``cfg.train.output_dir``.
 
@@ -212,11 +222,13 @@ def run_method(method: str, cfg: Config, *, rft_opts: dict | None = None, task=N
     from mathrl.train.loop import run
 
     task = task or Task()
+    if task.reward_terms is not None:
+        cfg = _with_reward_terms(cfg, task.reward_terms)
     problems = task.train_problems if task.train_problems is not None else load_training_problems(cfg)
     if method in ("rft", "online_rft"):
         o = rft_opts or {}
         return run_sft_method(cfg, online=method == "online_rft", dedup=o.get("dedup", True),
-                              max_per_problem=o.get("max_per_problem"), problems=problems, reward_fn=task.reward_fn)
+                              max_per_problem=o.get("max_per_problem"), problems=problems)
     if method in ("grpo", "ppo"):
-        return int(run(cfg, problems=problems, reward_fn=task.reward_fn) or 0)
+        return int(run(cfg, problems=problems) or 0)
     raise ValueError(f"unknown method {method!r}; allowed: rft, online_rft, grpo, ppo")

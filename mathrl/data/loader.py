@@ -15,7 +15,6 @@ from mathrl.data.sources import SOURCES, SourceSpec
 
 logger = logging.getLogger("mathrl.data")
 
-SYNTHETIC = "synthetic"  # kept for callers; the source is an ordinary SOURCES entry
 DEFAULT_SPLIT = "test"
 
 

@@ -17,15 +17,35 @@ import torch
 from mathrl.config import Config, ConfigError
 
 
+def generator_options(cfg: Config, source: str, n: int | None) -> dict[str, Any]:
+    """The options a generated source (``SourceSpec.generate``) is given from a training config:
+    ``n`` problems, the config's difficulty level and ``train.seed`` -- those of them the source
+    declares in ``SourceSpec.options``. A file or hub source gets none."""
+    from mathrl.data.loader import get_source
+
+    spec = get_source(source)
+    if not spec.is_generated:
+        return {}
+    offered = {"n": n, "level": cfg.data.synthetic_level, "seed": cfg.train.seed}
+    return {k: v for k, v in offered.items() if k in spec.options and v is not None}
+
+
+def _generated(source: str) -> bool:
+    from mathrl.data.loader import get_source
+
+    return get_source(source).is_generated
+
+
 def load_training_problems(cfg: Config):
     from mathrl.data import load_problems
 
     d = cfg.data
-    opts: dict[str, Any] = {}
-    if d.source == "synthetic":
-        opts = {"n": d.synthetic_size, "level": d.synthetic_level, "seed": cfg.train.seed}
-    problems = load_problems(d.source, d.path, d.split if d.source != "synthetic" else "train",
-                             limit=d.limit, skip_bad_rows=d.skip_bad_rows, fields=d.fields, **opts)
+    if _generated(d.source):  # a generator's training stream is its ``train`` split
+        problems = load_problems(d.source, d.path, "train", limit=d.limit,
+                                 **generator_options(cfg, d.source, d.synthetic_size))
+    else:
+        problems = load_problems(d.source, d.path, d.split, limit=d.limit, skip_bad_rows=d.skip_bad_rows,
+                                 fields=d.fields)
     if not problems:
         raise ConfigError(f"data.source = {d.source!r}: no problems loaded")
     return problems
@@ -36,7 +56,7 @@ def heldout_problems(cfg) -> tuple[str, list]:
 
     * ``data.eval_source`` set: that source (``data.eval_path`` or its hub
       test split), first ``data.eval_limit`` problems;
-    * else, for ``data.source = synthetic``: the synthetic ``test`` stream at
+    * else, for a generated source (``data.source = synthetic``): its ``test`` stream at
       ``data.synthetic_level`` and seed ``train.seed`` -- a stream independent
       of the training problems (the generator keys its RNG on the split) whose
       facts are disjoint from theirs: no held-out problem shares an (operands,
@@ -52,15 +72,12 @@ def heldout_problems(cfg) -> tuple[str, list]:
 
     d = cfg.data
     limit = d.eval_limit
+    generated = d.eval_source if d.eval_source is not None else d.source
+    if _generated(generated):  # a generator's held-out draw is its ``test`` split
+        return generated, load_problems(generated, split="test", **generator_options(cfg, generated, limit))
     if d.eval_source is not None:
-        if d.eval_source == "synthetic":
-            return "synthetic", load_problems("synthetic", split="test", n=limit, level=d.synthetic_level,
-                                              seed=cfg.train.seed)
         return d.eval_source, load_problems(d.eval_source, d.eval_path, "test" if d.eval_path is None or
                                             Path(d.eval_path).is_dir() else None, limit=limit)
-    if d.source == "synthetic":
-        return "synthetic", load_problems("synthetic", split="test", n=limit, level=d.synthetic_level,
-                                          seed=cfg.train.seed)
     if d.eval_path is not None:
         return d.source, load_problems(d.source, d.eval_path, None, limit=limit, fields=d.fields)
     if d.path is not None:

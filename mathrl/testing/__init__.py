@@ -3,5 +3,5 @@
 Modules: ``hostile`` (seeded generator of hostile model outputs for ``scripts/fuzz_verifier.py``
 and ``tests/reward/``), ``fuzz`` (the invariants a verifier result must satisfy for a hostile
 case, shared by the fuzz script and the tests), ``tiny`` (tiny randomly initialised causal LMs
-for fast tests and script checks).
+for fast tests and script checks), ``digits`` (the digit-copy task and its registered reward).
 """

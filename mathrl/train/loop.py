@@ -76,11 +76,10 @@ def compute_advantages(cfg: Config, scores: torch.Tensor, group_index: torch.Ten
 
 
 def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, state: State,
-               loss_sign: float = 1.0, reward_fn=None, sample_log=None) -> dict[str, float]:
+               loss_sign: float = 1.0, sample_log=None) -> dict[str, float]:
     """One RL step (see the module docstring).
 
-    ``reward_fn(responses, golds, truncated) -> list[float]`` replaces the verifier-based reward
-    (custom tasks); ``loss_sign=-1`` flips the policy gradient (a test hook showing that learning
+    ``loss_sign=-1`` flips the policy gradient (a test hook showing that learning
     depends on the gradient's direction); ``sample_log(step, records)`` receives
     ``logging.log_samples`` of this rank's completions (``rollouts.jsonl``)."""
     from mathrl.rollout import colocate
@@ -93,7 +92,7 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
     per_rank = t.batch_size // dist.world_size
 
     # 1-3. this rank's problems, G sampled responses each, graded and scored
-    s = sample_and_grade(cfg, dist, models.tokenizer, rollout, problems, state.step, reward_fn=reward_fn)
+    s = sample_and_grade(cfg, dist, models.tokenizer, rollout, problems, state.step)
     times = dict(s.times)
     batch = s.batch
     mask = batch.response_mask.bool()
@@ -177,11 +176,12 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
     return metrics
 
 
-def run(cfg: Config, *, loss_sign: float = 1.0, reward_fn=None, problems=None) -> int:
+def run(cfg: Config, *, loss_sign: float = 1.0, problems=None) -> int:
     """Run training as configured; returns the process exit code.
 
-    ``problems`` (a list of :class:`mathrl.data.Problem`) and ``reward_fn`` (see :func:`train_step`)
-    let a script train on its own task; by default both come from the config."""
+    ``problems`` (a list of :class:`mathrl.data.Problem`) lets a script train on its own task (by default
+    they come from ``data.*``); its own reward is a registered term named in ``reward.terms`` (see
+    :func:`mathrl.reward.rewards.register_reward`)."""
     dist, out = prepare_run(cfg)
     custom_task = problems is not None
     problems = problems if custom_task else load_training_problems(cfg)
@@ -214,7 +214,7 @@ def run(cfg: Config, *, loss_sign: float = 1.0, reward_fn=None, problems=None) -
             logger.log(0, before, event="eval")
         while state.step < cfg.train.steps:
             metrics = train_step(cfg, dist, models, rollout, problems, state, loss_sign=loss_sign,
-                                 reward_fn=reward_fn, sample_log=sample_log if dist.is_main else None)
+                                 sample_log=sample_log if dist.is_main else None)
             state.step += 1
             state.bad_steps = state.bad_steps + 1 if metrics["bad_step"] else 0
             if iterative_reference(cfg, models) and state.step % cfg.algo.ref_update_every == 0:

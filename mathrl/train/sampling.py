@@ -31,7 +31,7 @@ def stop_strings(cfg: Config) -> tuple[str, ...]:
 @dataclass
 class Sampled:
     """Steps 1-3 of an RL step on this rank: the problems, the rollout batch (G rows per problem, in
-    problem order) and the scores. ``grades`` is None for a custom ``reward_fn``."""
+    problem order) and the scores. ``grades`` is None when no reward term needs the verifier."""
 
     problems: list
     batch: Any                      # mathrl.rollout.RolloutBatch
@@ -43,19 +43,19 @@ class Sampled:
     times: dict[str, float] = field(default_factory=dict)
 
 
-def sample_and_grade(cfg: Config, dist: DistInfo, tokenizer, rollout, problems: list, step: int, *,
-                     reward_fn=None) -> Sampled:
+def sample_and_grade(cfg: Config, dist: DistInfo, tokenizer, rollout, problems: list, step: int) -> Sampled:
     """Draw the problems of step ``step`` (0-based; this rank's share), sample ``rollout.n`` responses
     each, grade them with the verifier and turn the grades into rewards (``reward.*`` terms).
 
-    ``reward_fn(responses, golds, truncated) -> list[float]`` replaces the verifier (custom tasks; a
-    response counts as correct when its reward is > 0). Used by the RL loop and the ablation methods,
-    so they see the same problems, prompts and samples at the same step.
+    The verifier runs when a configured reward term needs grades; a custom task whose terms do not
+    (``register_reward(name, needs_grades=False)``) skips it, and a response counts as correct when its
+    reward is > 0. Used by the RL loop and the ablation methods, so they see the same problems, prompts
+    and samples at the same step.
     """
     from mathrl.data import render_prompt
     from mathrl.data.splits import step_indices
     from mathrl.reward import grade_batch
-    from mathrl.reward.rewards import RewardContext, compute_rewards, reward_terms
+    from mathrl.reward.rewards import RewardContext, compute_rewards, needs_grades, reward_terms
     from mathrl.rollout import SamplingConfig, colocate
     from mathrl.train.faults import fault
 
@@ -84,18 +84,15 @@ def sample_and_grade(cfg: Config, dist: DistInfo, tokenizer, rollout, problems: 
     t0 = time.perf_counter()
     truncated = [f == "length" for f in batch.finish_reason]
     golds = [p.gold for p in batch_problems for _ in range(G)]
-    if reward_fn is None:
+    terms = reward_terms(cfg)  # reward.terms, or the reward.function shorthand
+    grades = None
+    if needs_grades(terms):
         grades = grade_batch(batch.response_text, golds, timeout=cfg.reward.timeout, workers=cfg.reward.workers,
                              truncated=truncated)
-        ctx = RewardContext(responses=batch.response_text, grades=grades, truncated=truncated,
-                            lengths=[int(n) for n in batch.response_mask.sum(1)], max_length=r.max_tokens,
-                            golds=golds)
-        score_list = compute_rewards(reward_terms(cfg), ctx)  # reward.terms, or the reward.function shorthand
-        correct = [g.correct for g in grades]
-    else:
-        grades = None
-        score_list = [float(x) for x in reward_fn(batch.response_text, golds, truncated)]
-        correct = [x > 0 for x in score_list]
+    ctx = RewardContext(responses=batch.response_text, grades=grades, truncated=truncated,
+                        lengths=[int(n) for n in batch.response_mask.sum(1)], max_length=r.max_tokens, golds=golds)
+    score_list = compute_rewards(terms, ctx)
+    correct = [g.correct for g in grades] if grades is not None else [x > 0 for x in score_list]
     times["grade"] = time.perf_counter() - t0
     return Sampled(problems=batch_problems, batch=batch, golds=golds, truncated=truncated, grades=grades,
                    scores=torch.tensor(score_list, dtype=torch.float32), correct=correct, times=times)

@@ -8,7 +8,7 @@ import time
 import pytest
 import yaml
 
-from _ablate_tasks import digit_problems, first_digit_grader, first_digit_reward
+from _ablate_tasks import digit_problems, first_digit_grader
 
 from mathrl.ablate import Task, run_study
 from mathrl.ablate.study import DONE, TRAINED
@@ -32,7 +32,7 @@ def _study(tmp_path, model_dir) -> tuple:
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(study))
     task = Task(train_problems=digit_problems(32), eval_problems=digit_problems(10, offset=100), eval_name="digits",
-                reward_fn=first_digit_reward, grader=first_digit_grader)
+                reward_terms={"first_digit": {}}, grader=first_digit_grader)
     return path, task
 
 

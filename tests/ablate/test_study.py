@@ -101,7 +101,7 @@ def test_print_commands_lists_pending_runs_then_the_report(tmp_path, capsys):
 
 def test_offline_rft_trains_on_samples_of_the_initial_model(tmp_path, digit_model_dir):
     """Offline RFT samples every step's problems up front; its step-1 data equals online RFT's step 1."""
-    from _ablate_tasks import digit_problems, first_digit_reward
+    from _ablate_tasks import digit_problems
 
     from mathrl.ablate.methods import run_method
     from mathrl.config import load_config
@@ -116,7 +116,7 @@ def test_offline_rft_trains_on_samples_of_the_initial_model(tmp_path, digit_mode
                                  "logging.console=plain", "train.save_every=1", "train.keep_last=3"])
         assert run_method(method, cfg, rft_opts={"dedup": False},
                           task=__import__("mathrl.ablate", fromlist=["Task"]).Task(
-                              train_problems=digit_problems(32), reward_fn=first_digit_reward)) == 0
+                              train_problems=digit_problems(32), reward_terms={"first_digit": {}})) == 0
         recs[method] = read_metrics(tmp_path / method / "metrics.jsonl")
         assert (tmp_path / method / "checkpoints" / "step_000003" / "policy" / "config.json").is_file()
     off = recs["rft"]
@@ -147,7 +147,7 @@ def test_offline_rft_trains_on_samples_of_the_initial_model(tmp_path, digit_mode
                              f"train.output_dir={part}", "logging.tensorboard=false", "logging.console=plain",
                              "train.save_every=1", "train.keep_last=3", "train.resume=auto"])
     task = __import__("mathrl.ablate", fromlist=["Task"]).Task(train_problems=digit_problems(32),
-                                                               reward_fn=first_digit_reward)
+                                                               reward_terms={"first_digit": {}})
     assert run_method("rft", cfg, rft_opts={"dedup": False}, task=task) == 0
     w_full = load_file(str(tmp_path / "rft" / "checkpoints" / "step_000003" / "policy" / "model.safetensors"))
     w_part = load_file(str(part / "checkpoints" / "step_000003" / "policy" / "model.safetensors"))

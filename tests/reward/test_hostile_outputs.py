@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mathrl.reward import REASONS, Grade, compute_rewards, grade_batch, shutdown_pool
+from mathrl.reward.rewards import RewardContext
 from mathrl.reward.equiv import _BASE_RE, equivalent
 from mathrl.reward.extract import extract_answer
 from mathrl.reward.grader import fast_grade
@@ -55,7 +56,8 @@ def _check(cases: list[HostileCase], timeout: float = TIMEOUT) -> tuple[list[Gra
     durations: list[float] = []
     t0 = time.perf_counter()
     grades = grade_batch(resps, golds, timeout=timeout, workers=WORKERS, truncated=truncs, durations=durations)
-    rewards = compute_rewards(TERMS, grades, resps, truncated=truncs, lengths=[len(r) for r in resps])
+    rewards = compute_rewards(TERMS, RewardContext(responses=resps, grades=grades, truncated=truncs,
+                                                    lengths=[len(r) for r in resps]))
     wall = time.perf_counter() - t0
     assert len(grades) == len(rewards) == len(durations) == len(cases)
     for c, g, r, d in zip(cases, grades, rewards, durations):

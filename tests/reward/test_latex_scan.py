@@ -10,7 +10,7 @@ import pytest
 
 from mathrl.data.gold import last_boxed
 from mathrl.latex import Box, find_boxes, last_box, matching_brace, scan_boxes
-from mathrl.reward.extract import extract_answer, find_boxed
+from mathrl.reward.extract import extract_answer
 from mathrl.reward.normalize import clean
 
 # (text, content of the last box) for texts whose last box command is complete
@@ -75,7 +75,7 @@ def test_last_box(text, expected):
 def test_the_three_call_sites_agree(text, expected):
     """Gold extraction, the response extractor and normalisation read the same box."""
     assert last_boxed(text) == expected  # gold (data stage)
-    assert find_boxed(text)[-1][2] == expected  # the response extractor's boxes
+    assert find_boxes(text)[-1][2] == expected  # the response extractor's boxes
     ex = extract_answer(text)
     assert ex.source == "boxed"
     if not ex.hedged and expected:
@@ -108,7 +108,7 @@ def test_unbalanced(text, complete):
     assert last_box(text) is None
     assert last_boxed(text) is None  # gold: a truncated last box has no stand-in
     # the response extractor ignores the incomplete box and keeps the complete ones before it
-    assert [b[2] for b in find_boxed(text)] == complete
+    assert [b[2] for b in find_boxes(text)] == complete
     if complete:
         assert extract_answer(text).answer == complete[-1]
 
@@ -116,7 +116,7 @@ def test_unbalanced(text, complete):
 @pytest.mark.parametrize("text", NO_BOX)
 def test_no_box(text):
     assert scan_boxes(text) == ([], False)
-    assert last_box(text) is None and last_boxed(text) is None and find_boxed(text) == []
+    assert last_box(text) is None and last_boxed(text) is None and find_boxes(text) == []
 
 
 def test_scanner_is_linear():

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mathrl.reward.extract import extract_answer, find_boxed
+from mathrl.latex import find_boxes
+from mathrl.reward.extract import extract_answer
 
 
 @pytest.mark.parametrize(
@@ -55,7 +56,7 @@ def test_hedging_and_self_correction():
 
 
 def test_find_boxed_nested_and_unclosed():
-    assert [b[2] for b in find_boxed("\\boxed{a{b}c} \\boxed{d")] == ["a{b}c"]
+    assert [b[2] for b in find_boxes("\\boxed{a{b}c} \\boxed{d")] == ["a{b}c"]
 
 
 def test_huge_response_is_fast():

@@ -69,12 +69,14 @@ def test_shorthands_give_the_terms_and_rewards_of_before(overrides, expected):
     cfg = load_config(None, ["rollout.max_tokens=100", *overrides])
     terms = reward_terms(cfg)
     assert terms == expected
-    # bitwise the same as the older call form the trainer used
-    before = compute_rewards(expected, G, R, truncated=CTX.truncated, lengths=CTX.lengths,
-                             max_length=cfg.rollout.max_tokens)
+    # bitwise the same as summing the terms by hand
     ctx = RewardContext(responses=R, grades=G, truncated=CTX.truncated, lengths=CTX.lengths,
                         max_length=cfg.rollout.max_tokens, golds=CTX.golds)
-    assert compute_rewards(terms, ctx) == before
+    by_hand = [0.0] * len(R)
+    for name, params in expected.items():
+        by_hand = [a + b for a, b in zip(by_hand, get_reward(name)(ctx, **params))]
+    before = compute_rewards(terms, ctx)
+    assert before == by_hand
     # and the same as the explicit reward.terms mapping
     explicit = load_config(None, ["rollout.max_tokens=100", f"reward.terms={json.dumps(expected)}"])
     assert compute_rewards(reward_terms(explicit), ctx) == before

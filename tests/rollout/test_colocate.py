@@ -87,8 +87,13 @@ def _problems(n=8):
     return [Problem(id=f"p/{i}", question=f"Say {i % 10}", gold=str(i % 10), source="t") for i in range(n)]
 
 
-def _reward(responses, golds, truncated):
-    return [1.0 if g in r else 0.0 for r, g in zip(responses, golds)]
+def _register_contains_gold() -> None:
+    """The reward term ``contains_gold`` (1 when the gold digit appears in the response; no verifier)."""
+    from mathrl.reward.rewards import REWARDS, register_reward
+
+    if "contains_gold" not in REWARDS:
+        register_reward("contains_gold", needs_grades=False)(
+            lambda ctx: [1.0 if g in r else 0.0 for r, g in zip(ctx.responses, ctx.golds)])
 
 
 @pytest.mark.parametrize("schedule", [True, False])
@@ -110,12 +115,18 @@ def test_train_step_call_order(tiny_dir, tmp_path, monkeypatch, schedule):
 
     monkeypatch.setattr(loop, "make_rollout", fake_make_rollout)
     out = tmp_path / "run"
+    _register_contains_gold()
+
+    def no_verifier(*a, **k):  # the configured term reads no grades, so the loop must not grade
+        raise AssertionError("the verifier ran for a reward that does not need it")
+
+    monkeypatch.setattr("mathrl.reward.grade_batch", no_verifier)
     cfg = load_config(None, [
         f"model.name={tiny_dir}", "rollout.backend=hf", "rollout.max_tokens=4", "rollout.n=2",
         "train.batch_size=2", "train.steps=2", "algo.kl_coef=0", "data.template=chat_boxed",
         f"rollout.sleep_between_steps={str(schedule).lower()}", f"train.output_dir={out}",
-        "logging.tensorboard=false"])
-    assert run(cfg, problems=_problems(), reward_fn=_reward) == 0
+        "logging.tensorboard=false", "reward.terms={contains_gold: {}}"])
+    assert run(cfg, problems=_problems()) == 0
     calls = made["engine"].calls
     step = ["generate", "sleep(1)", "wake_up(weights)", "update_weights"]
     if schedule:

@@ -29,22 +29,25 @@ def main() -> int:
               "logging.console=plain", "train.resume=auto"]
     try:
         if task == "digit":
-            from _train_tasks import digit_problems, first_digit_reward
+            from _train_tasks import FIRST_DIGIT, digit_problems
 
             cfg = load_config(None, [*common, "rollout.max_tokens=5", "rollout.n=4", "train.batch_size=4",
                                      "train.lr=1e-2", "algo.kl_coef=0.04", "data.template=chat_boxed",
-                                     "train.micro_batch_tokens=16", *extra])
-            return run(cfg, problems=digit_problems(), reward_fn=first_digit_reward)
-        cfg = load_config("configs/demo.yaml", [*common, "rollout.max_tokens=4", "rollout.n=2", "train.batch_size=2",
-                                                "data.eval_limit=1", "eval.n=1", "eval.k=1", "eval.max_tokens=4",
-                                                "reward.workers=2", *extra])
+                                     "train.micro_batch_tokens=16", FIRST_DIGIT, *extra])
+            return run(cfg, problems=digit_problems())
         from mathrl.reward import grade_batch
+        from mathrl.reward.rewards import register_reward
 
-        def boxed_verifier(responses, golds, truncated):  # every response goes through the worker pool
-            grades = grade_batch([f"\\boxed{{{r}}}" for r in responses], golds, workers=2, truncated=truncated)
+        @register_reward("boxed_verifier", needs_grades=False)
+        def boxed_verifier(ctx):  # every response goes through the worker pool
+            grades = grade_batch([f"\\boxed{{{r}}}" for r in ctx.responses], ctx.golds, workers=2,
+                                 truncated=ctx.truncated)
             return [float(g.correct) for g in grades]
 
-        return run(cfg, problems=None, reward_fn=boxed_verifier)
+        cfg = load_config("configs/demo.yaml", [*common, "rollout.max_tokens=4", "rollout.n=2", "train.batch_size=2",
+                                                "data.eval_limit=1", "eval.n=1", "eval.k=1", "eval.max_tokens=4",
+                                                "reward.workers=2", "reward.terms={boxed_verifier: {}}", *extra])
+        return run(cfg, problems=None)
     except TrainingError as exc:
         print(f"TrainingError: {exc}", file=sys.stderr, flush=True)
         return 3

@@ -3,29 +3,7 @@
 from __future__ import annotations
 
 
-def digit_tokenizer():
-    """A 15-token word-level tokenizer (digits, a few words, special tokens) with a minimal chat template."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2, **{str(d): 3 + d for d in range(10)}, "show": 13, ":": 14}
-    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
-    # only the first line of the last user turn ("show : 7"); the instruction lines would be <unk>s
-    tok.chat_template = "{{ messages[-1]['content'].split('\\n')[0] }}"
-    return tok
-
-
-def digit_problems(n: int = 64):
-    from mathrl.data import Problem
-
-    return [Problem(id=f"digit/{i}", question=f"show : {i % 10}", gold=str(i % 10), source="digit")
-            for i in range(n)]
-
-
-def first_digit_reward(responses, golds, truncated):
-    return [1.0 if r.strip()[:1] == g else 0.0 for r, g in zip(responses, golds)]
+from mathrl.testing.digits import FIRST_DIGIT, digit_problems, digit_tokenizer, first_digit_reward  # noqa: F401
 
 
 def crash_copy(full, part, keep_step: int) -> None:

@@ -27,7 +27,7 @@ from mathrl.algo.losses import global_normalizers  # noqa: E402
 from mathrl.config import load_config  # noqa: E402
 from mathrl.data import load_problems, render_prompt  # noqa: E402
 from mathrl.reward import grade_batch  # noqa: E402
-from mathrl.reward.rewards import compute_rewards  # noqa: E402
+from mathrl.reward.rewards import RewardContext, compute_rewards  # noqa: E402
 from mathrl.rollout import SamplingConfig, make_engine  # noqa: E402
 from mathrl.train.engines import init_distributed  # noqa: E402
 from mathrl.train.forward import agreed_plan, plan_micro_batches  # noqa: E402
@@ -65,8 +65,8 @@ def main() -> None:
             golds = [p.gold for p in problems for _ in range(G)]
             truncated = [f == "length" for f in batch.finish_reason]
             grades = grade_batch(batch.response_text, golds, timeout=10.0, workers=1, truncated=truncated)
-            scores = torch.tensor(compute_rewards({"correctness": {}, "format": {"bonus": 0.2}}, grades,
-                                                  batch.response_text, truncated=truncated))
+            ctx = RewardContext(responses=batch.response_text, grades=grades, truncated=truncated)
+            scores = torch.tensor(compute_rewards({"correctness": {}, "format": {"bonus": 0.2}}, ctx))
             order = sorted(range(B), key=lambda g: -group_cost(batch.prompt_mask, mask, [g]))
             shares = [sorted(order[:2]), sorted(order[2:])] if dist.world_size == 2 else [list(range(B))]
             budget = group_cost(batch.prompt_mask, mask, order[2:])

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as tdist
-from _train_tasks import digit_problems, first_digit_reward
+from _train_tasks import FIRST_DIGIT, digit_problems
 
 import mathrl
 from mathrl.config import load_config
@@ -61,8 +61,8 @@ def test_training_collectives_use_the_helper(digit_model_dir, tmp_path, recorded
     cfg = load_config(None, [f"model.name={digit_model_dir}", "rollout.backend=hf", "rollout.max_tokens=4",
                              "rollout.n=4", "train.batch_size=4", "train.steps=2", "data.template=chat_boxed",
                              f"train.output_dir={tmp_path / 'r'}", "logging.tensorboard=false",
-                             "logging.console=plain", "train.save_every=1", *extra])
-    assert run(cfg, problems=digit_problems(), reward_fn=first_digit_reward) == 0
+                             "logging.console=plain", "train.save_every=1", FIRST_DIGIT, *extra])
+    assert run(cfg, problems=digit_problems()) == 0
     assert _check(recorded) >= 4
 
 

@@ -8,16 +8,16 @@ from mathrl.config import load_config
 from mathrl.train import run
 from mathrl.train.metrics import read_metrics
 
-from _train_tasks import digit_problems, first_digit_reward
+from _train_tasks import FIRST_DIGIT, digit_problems
 
 
 def _run(model_dir, out, loss_sign):
     cfg = load_config(None, [
         f"model.name={model_dir}", "rollout.backend=hf", "rollout.max_tokens=5", "rollout.n=8",
         "train.batch_size=8", "train.steps=40", "train.lr=1e-2", "algo.kl_coef=0", "data.template=chat_boxed",
-        f"train.output_dir={out}", "logging.tensorboard=false", "deepspeed.zero_stage=1",
+        f"train.output_dir={out}", "logging.tensorboard=false", "deepspeed.zero_stage=1", FIRST_DIGIT,
     ])
-    assert run(cfg, problems=digit_problems(), reward_fn=first_digit_reward, loss_sign=loss_sign) == 0
+    assert run(cfg, problems=digit_problems(), loss_sign=loss_sign) == 0
     rewards = [m["reward/mean"] for m in read_metrics(out / "metrics.jsonl") if "event" not in m]
     return sum(rewards[:4]) / 4, sum(rewards[-4:]) / 4
 

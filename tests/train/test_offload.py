@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _train_tasks import crash_copy, digit_problems, first_digit_reward
+from _train_tasks import crash_copy, FIRST_DIGIT, digit_problems
 from safetensors.torch import load_file
 
 from mathrl.config import load_config
@@ -32,7 +32,7 @@ def _cfg(model_dir, out, *extra):
     return load_config(None, [
         f"model.name={model_dir}", "rollout.backend=hf", "rollout.max_tokens=5", "rollout.n=4",
         "train.batch_size=4", "train.lr=1e-2", "algo.kl_coef=0.04", "data.template=chat_boxed",
-        f"train.output_dir={out}", "logging.tensorboard=false", *ARGS, *extra])
+        f"train.output_dir={out}", "logging.tensorboard=false", FIRST_DIGIT, *ARGS, *extra])
 
 
 def _steps(out):
@@ -83,14 +83,13 @@ def test_offload_engine_is_deepspeed_cpu_adam_and_steps(stage, offload):
 
 def test_offload_runs_take_the_same_steps_and_resume_exactly(digit_model_dir, tmp_path):
     base = tmp_path / "base"
-    assert run(_cfg(digit_model_dir, base, "deepspeed.zero_stage=2"), problems=digit_problems(),
-               reward_fn=first_digit_reward) == 0
+    assert run(_cfg(digit_model_dir, base, "deepspeed.zero_stage=2"), problems=digit_problems()) == 0
     base_steps, base_w = _steps(base), _weights(base)
     assert any(s["reward/mean"] for s in base_steps)
     for stage, offload in ((2, "optimizer"), (3, "all")):
         out = tmp_path / f"z{stage}_{offload}"
         extra = (f"deepspeed.zero_stage={stage}", f"deepspeed.offload={offload}")
-        assert run(_cfg(digit_model_dir, out, *extra), problems=digit_problems(), reward_fn=first_digit_reward) == 0
+        assert run(_cfg(digit_model_dir, out, *extra), problems=digit_problems()) == 0
         steps = _steps(out)
         assert [s["lr"] for s in steps] == pytest.approx([s["lr"] for s in base_steps], rel=1e-9)
         assert [s["loss/policy"] for s in steps] == pytest.approx([s["loss/policy"] for s in base_steps], abs=1e-5)
@@ -100,8 +99,7 @@ def test_offload_runs_take_the_same_steps_and_resume_exactly(digit_model_dir, tm
         # a crash after step 2's checkpoint, resumed with offload: bitwise the uninterrupted run
         part = tmp_path / f"part{stage}"
         crash_copy(out, part, keep_step=2)
-        assert run(_cfg(digit_model_dir, part, *extra, "train.resume=auto"), problems=digit_problems(),
-                   reward_fn=first_digit_reward) == 0
+        assert run(_cfg(digit_model_dir, part, *extra, "train.resume=auto"), problems=digit_problems()) == 0
         got = _weights(part)
         for k in w:
             assert torch.equal(got[k], w[k]), (stage, offload, k)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _train_tasks import digit_problems, first_digit_reward
+from _train_tasks import FIRST_DIGIT, digit_problems
 from safetensors.torch import load_file
 
 from mathrl.config import load_config
@@ -54,7 +54,7 @@ def _digit_cfg(model_dir, out, *extra):
     return load_config(None, [
         f"model.name={model_dir}", "rollout.backend=hf", "rollout.max_tokens=5", "rollout.n=4", "train.batch_size=4",
         "train.lr=1e-2", "algo.kl_coef=0.04", "data.template=chat_boxed", "train.micro_batch_tokens=16",
-        f"train.output_dir={out}", "logging.tensorboard=false", "logging.console=plain", *extra])
+        f"train.output_dir={out}", "logging.tensorboard=false", "logging.console=plain", FIRST_DIGIT, *extra])
 
 
 @pytest.fixture
@@ -117,7 +117,7 @@ def test_a_nan_step_is_skipped_without_a_trace(digit_model_dir, tmp_path, fault_
     out = tmp_path / "nan"
     assert run(_digit_cfg(digit_model_dir, out, "train.steps=3", "train.save_every=1", "train.keep_last=5",
                           f"deepspeed.zero_stage={stage}", f"deepspeed.offload={offload}"),
-               problems=digit_problems(), reward_fn=first_digit_reward) == 0
+               problems=digit_problems()) == 0
     steps = read_metrics(out / "metrics.jsonl")
     assert [s["bad_step"] for s in steps] == [0.0, 1.0, 0.0]
     # the fault hits the last micro-batch of the step (5-token responses, budget 16: 4 of them)
@@ -139,7 +139,7 @@ def test_a_nan_step_is_skipped_without_a_trace(digit_model_dir, tmp_path, fault_
     ckpt.write_manifest(two, {"step": 2})
     assert run(_digit_cfg(digit_model_dir, ref, "train.steps=3", "train.resume=auto", f"deepspeed.zero_stage={stage}",
                           f"deepspeed.offload={offload}"),
-               problems=digit_problems(), reward_fn=first_digit_reward) == 0
+               problems=digit_problems()) == 0
     assert _steps(ref)[-1] == _steps(out)[-1]  # same loss, same gradient norm
     assert _same_weights(_weights(ckpt.list_checkpoints(ref)[-1][1]), _weights(ck[3]))
 
@@ -149,7 +149,7 @@ def test_consecutive_nan_steps_stop_the_run_with_where_and_a_checkpoint(digit_mo
     out = tmp_path / "stop"
     with pytest.raises(TrainingError) as info:
         run(_digit_cfg(digit_model_dir, out, "train.steps=6", "train.save_every=2", "train.max_bad_steps=2"),
-            problems=digit_problems(), reward_fn=first_digit_reward)
+            problems=digit_problems())
     msg = str(info.value)
     assert msg.startswith("step 4: 2 consecutive steps had NaN/inf and were skipped")
     assert re.search(r"policy loss is nan \(micro-batch (\d+) of \1\)", msg) and "the weights are those of step 2" in msg
@@ -247,14 +247,13 @@ class _Exploit:
 
 def test_tampered_checkpoints_are_refused(digit_model_dir, tmp_path, monkeypatch):
     out = tmp_path / "run"
-    assert run(_digit_cfg(digit_model_dir, out, "train.steps=1"), problems=digit_problems(),
-               reward_fn=first_digit_reward) == 0
+    assert run(_digit_cfg(digit_model_dir, out, "train.steps=1"), problems=digit_problems()) == 0
     (_, good), = ckpt.list_checkpoints(out)
     ckpt.verify(good)
 
     def resume(folder: Path):
         return run(_digit_cfg(digit_model_dir, tmp_path / "resumed", "train.steps=2", f"train.resume={folder}"),
-                   problems=digit_problems(), reward_fn=first_digit_reward)
+                   problems=digit_problems())
 
     # 1. a flipped byte in the weights: the manifest's SHA-256 no longer matches
     bad = tmp_path / "flipped"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _train_tasks import crash_copy, digit_problems, first_digit_reward
+from _train_tasks import crash_copy, FIRST_DIGIT, digit_problems
 from safetensors.torch import load_file
 
 from mathrl.config import load_config
@@ -32,7 +32,7 @@ def _digit_cfg(model_dir, out, *extra):
     return load_config(None, [
         f"model.name={model_dir}", "rollout.backend=hf", "rollout.max_tokens=5", "rollout.n=4",
         "train.batch_size=4", "train.lr=1e-2", "algo.kl_coef=0.04", "data.template=chat_boxed",
-        f"train.output_dir={out}", *QUIET, *extra])
+        f"train.output_dir={out}", FIRST_DIGIT, *QUIET, *extra])
 
 
 def test_grpo_e2e_with_verifier(tiny_model_dir, tmp_path, capsys):
@@ -94,7 +94,7 @@ def test_zero_stages_give_same_losses_and_weights(digit_model_dir, tmp_path):
     for stage in (1, 2, 3):
         out = tmp_path / f"z{stage}"
         cfg = _digit_cfg(digit_model_dir, out, "train.steps=3", f"deepspeed.zero_stage={stage}")
-        assert run(cfg, problems=digit_problems(), reward_fn=first_digit_reward) == 0
+        assert run(cfg, problems=digit_problems()) == 0
         steps = _steps(out)
         results[stage] = ([(s["reward/mean"], s["loss/policy"], s["loss/kl"]) for s in steps],
                           _policy_weights(ckpt.list_checkpoints(out)[-1][1]))
@@ -116,7 +116,7 @@ def test_resume_is_exact(digit_model_dir, tmp_path):
     cfg = _digit_cfg(digit_model_dir, full, "train.steps=4", "train.save_every=2", "train.keep_last=3",
                      "algo.ppo_epochs=2", "train.mini_batch_size=2", "train.lr_schedule=cosine",
                      "train.warmup_steps=1")
-    assert run(cfg, problems=digit_problems(), reward_fn=first_digit_reward) == 0
+    assert run(cfg, problems=digit_problems()) == 0
     ref_w = _policy_weights(ckpt.list_checkpoints(full)[-1][1])
     ref_steps = _steps(full)
 
@@ -127,7 +127,7 @@ def test_resume_is_exact(digit_model_dir, tmp_path):
     cfg2 = _digit_cfg(digit_model_dir, part, "train.steps=4", "train.save_every=2", "train.keep_last=3",
                       "algo.ppo_epochs=2", "train.mini_batch_size=2", "train.lr_schedule=cosine",
                       "train.warmup_steps=1", "train.resume=auto")
-    assert run(cfg2, problems=digit_problems(), reward_fn=first_digit_reward) == 0
+    assert run(cfg2, problems=digit_problems()) == 0
     assert not (part / "checkpoints" / ".tmp-step_000004").exists()
     w = _policy_weights(ckpt.list_checkpoints(part)[-1][1])
     for k in ref_w:
@@ -146,13 +146,13 @@ def test_iterative_rl_resets_reference_and_resumes_exactly(digit_model_dir, tmp_
     args = ["train.steps=5", "train.save_every=2", "train.keep_last=3", f"deepspeed.zero_stage={stage}"]
     full = tmp_path / "full"
     cfg = _digit_cfg(digit_model_dir, full, *args, "algo.ref_update_every=3")
-    assert run(cfg, problems=digit_problems(), reward_fn=first_digit_reward) == 0
+    assert run(cfg, problems=digit_problems()) == 0
     steps = _steps(full)
     assert [s["ref/step"] for s in steps] == [0, 0, 3, 3, 3]
     assert steps[3]["kl/mean"] < 1e-6 < steps[2]["kl/mean"]
     assert steps[4]["kl/mean"] > 1e-6                         # the policy moved away from it again
     plain = tmp_path / "plain"
-    run(_digit_cfg(digit_model_dir, plain, *args), problems=digit_problems(), reward_fn=first_digit_reward)
+    run(_digit_cfg(digit_model_dir, plain, *args), problems=digit_problems())
     assert _steps(plain)[3]["kl/mean"] > 1e-6                  # without resets the KL stays to the initial model
     assert [s["reward/mean"] for s in _steps(plain)[:3]] == [s["reward/mean"] for s in steps[:3]]
     if stage == 3:
@@ -163,7 +163,7 @@ def test_iterative_rl_resets_reference_and_resumes_exactly(digit_model_dir, tmp_
     part = tmp_path / "part"
     crash_copy(full, part, keep_step=4)
     assert run(_digit_cfg(digit_model_dir, part, *args, "algo.ref_update_every=3", "train.resume=auto"),
-               problems=digit_problems(), reward_fn=first_digit_reward) == 0
+               problems=digit_problems()) == 0
     final = lambda out: _policy_weights(ckpt.list_checkpoints(out)[-1][1])
     ref_w, w = final(full), final(part)
     assert all(torch.equal(w[k], ref_w[k]) for k in ref_w)
@@ -181,7 +181,7 @@ def test_iterative_rl_resets_reference_and_resumes_exactly(digit_model_dir, tmp_
 
     with pytest.raises(ConfigError, match="reference model was reset at step 3"):
         run(_digit_cfg(digit_model_dir, broken, *args, "algo.ref_update_every=3", "train.resume=auto"),
-            problems=digit_problems(), reward_fn=first_digit_reward)
+            problems=digit_problems())
 
 
 @pytest.mark.vllm
@@ -193,7 +193,7 @@ def test_grpo_with_vllm_worker_syncs_every_step(digit_model_dir_vllm, tmp_path):
     vllm_python()  # skip without .venv-vllm; a failure under MATHRL_REQUIRE_ALL=1 (CI)
     out = tmp_path / "vllm"
     cfg = _digit_cfg(digit_model_dir_vllm, out, "rollout.backend=vllm", "train.steps=3", "algo.ppo_epochs=2")
-    assert run(cfg, problems=digit_problems(), reward_fn=first_digit_reward) == 0
+    assert run(cfg, problems=digit_problems()) == 0
     steps = _steps(out)
     assert len(steps) == 3
     assert all(s["time/sync"] > 0 for s in steps)

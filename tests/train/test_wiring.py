@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _train_tasks import crash_copy, digit_problems, first_digit_reward
+from _train_tasks import crash_copy, FIRST_DIGIT, digit_problems
 from safetensors.torch import load_file
 
 from mathrl.config import load_config
@@ -57,7 +57,7 @@ def _digit_cfg(model_dir, out, *extra):
     return load_config(None, [
         f"model.name={model_dir}", "rollout.backend=hf", "rollout.max_tokens=5", "rollout.n=4",
         "train.batch_size=4", "train.lr=1e-2", "algo.kl_coef=0.04", "data.template=chat_boxed",
-        f"train.output_dir={out}", *QUIET, *extra])
+        f"train.output_dir={out}", FIRST_DIGIT, *QUIET, *extra])
 
 
 LINEAR = [1.0, 2 / 3, 1 / 3, 0.0]  # after RL steps 1..4 of 4 with 1 warm-up step (in RL steps)
@@ -73,7 +73,7 @@ def test_lr_schedule_spans_the_whole_run(digit_model_dir, tmp_path, mini, epochs
     cfg = _digit_cfg(digit_model_dir, tmp_path / "run", "train.steps=4", f"train.mini_batch_size={mini}",
                      f"algo.ppo_epochs={epochs}", f"train.lr_schedule={schedule}", "train.warmup_steps=1")
     assert optimizer_steps_per_rl_step(cfg) == (4 // mini) * epochs
-    assert run(cfg, problems=digit_problems(), reward_fn=first_digit_reward) == 0
+    assert run(cfg, problems=digit_problems()) == 0
     lrs = [s["lr"] for s in _steps(tmp_path / "run")]
     assert lrs == pytest.approx([1e-2 * x for x in expected], abs=1e-12), lrs
 
@@ -83,7 +83,7 @@ def test_value_clip_zero_means_unclipped_critic(digit_model_dir, tmp_path):
     """value_clip = 0 was accepted by the config and crashed at the first critic update."""
     out = tmp_path / "ppo"
     cfg = _digit_cfg(digit_model_dir, out, "algo.name=ppo", "algo.value_clip=0", "rollout.n=2", "train.steps=2")
-    assert run(cfg, problems=digit_problems(), reward_fn=first_digit_reward) == 0
+    assert run(cfg, problems=digit_problems()) == 0
     steps = _steps(out)
     assert all(s["critic/vf_clipfrac"] == 0.0 and s["loss/value"] > 0 for s in steps)
 
@@ -93,7 +93,7 @@ def test_grpo_with_kl_in_reward_runs_and_logs_the_kl(digit_model_dir, tmp_path):
     out = tmp_path / "g"
     cfg = _digit_cfg(digit_model_dir, out, "algo.kl_in=reward", "train.steps=3", "algo.kl_coef=0.5")
     assert cfg.kl_estimator == "k1"
-    assert run(cfg, problems=digit_problems(), reward_fn=first_digit_reward) == 0
+    assert run(cfg, problems=digit_problems()) == 0
     steps = _steps(out)
     assert "loss/kl" not in steps[-1] and steps[-1]["kl/mean"] != 0.0
 
@@ -147,7 +147,7 @@ def test_zero3_loads_models_sharded(digit_model_dir, tmp_path):
 
     before = zero3_init.taken
     cfg = _digit_cfg(digit_model_dir, tmp_path / "z3", "deepspeed.zero_stage=3", "train.steps=1")
-    assert run(cfg, problems=digit_problems(), reward_fn=first_digit_reward) == 0
+    assert run(cfg, problems=digit_problems()) == 0
     assert zero3_init.taken - before == 2  # policy and reference
     plain = AutoModelForCausalLM.from_pretrained(str(digit_model_dir))
     assert not any(hasattr(p, "ds_id") for p in plain.parameters())
@@ -185,5 +185,5 @@ def test_zero3_loads_the_critic_sharded(digit_model_dir, tmp_path):
     before = zero3_init.taken
     run_cfg = _digit_cfg(digit_model_dir, tmp_path / "ppo", "deepspeed.zero_stage=3", "train.steps=1",
                          "algo.name=ppo", "rollout.n=2", "train.mini_batch_size=2")
-    assert run(run_cfg, problems=digit_problems(), reward_fn=first_digit_reward) == 0
+    assert run(run_cfg, problems=digit_problems()) == 0
     assert zero3_init.taken - before == 3
