@@ -39,7 +39,8 @@ SLACK = 2.0  # allowed lateness of a timeout verdict (select granularity, SIGKIL
 PARENT_MAX_S = 2.0  # one case's in-process fast path (no timeout of its own)
 PARENT_RSS_MB = 1536
 WORKER_RSS_MB = 2560  # workers cap their address space at imports + 2048 MiB
-TERMS = {"correctness": {}, "format": {"bonus": 0.1}, "length": {"max_length": 4096}}
+TERMS = {"correctness": {}, "format": {"bonus": 0.1}, "length": {}}
+MAX_LENGTH = 4096
 
 
 def _worker_children(include_zombies: bool = True) -> list[tuple[int, str]]:
@@ -57,7 +58,7 @@ def _check(cases: list[HostileCase], timeout: float = TIMEOUT) -> tuple[list[Gra
     t0 = time.perf_counter()
     grades = grade_batch(resps, golds, timeout=timeout, workers=WORKERS, truncated=truncs, durations=durations)
     rewards = compute_rewards(TERMS, RewardContext(responses=resps, grades=grades, truncated=truncs,
-                                                    lengths=[len(r) for r in resps]))
+                                                    lengths=[len(r) for r in resps], max_length=MAX_LENGTH))
     wall = time.perf_counter() - t0
     assert len(grades) == len(rewards) == len(durations) == len(cases)
     for c, g, r, d in zip(cases, grades, rewards, durations):

@@ -46,7 +46,8 @@ def main() -> int:
 
         cfg = load_config("configs/demo.yaml", [*common, "rollout.max_tokens=4", "rollout.n=2", "train.batch_size=2",
                                                 "data.eval_limit=1", "eval.n=1", "eval.k=1", "eval.max_tokens=4",
-                                                "reward.workers=2", "reward.terms={boxed_verifier: {}}", *extra])
+                                                "reward.workers=2", "reward.function=correctness",
+                                                "reward.terms={boxed_verifier: {}}", *extra])
         return run(cfg, problems=None)
     except TrainingError as exc:
         print(f"TrainingError: {exc}", file=sys.stderr, flush=True)
