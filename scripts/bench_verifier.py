@@ -1,27 +1,33 @@
 #!/usr/bin/env python
-"""Benchmark the mathrl verifier against plain math-verify, side by side, in one run.
+"""Benchmark the mathrl verifier against math-verify, side by side, in one run.
 
-Sets:
-  labelled   tests/reward/cases.jsonl (hand-labelled, GSM8K and MATH style)
-  gsm8k+     1319 GSM8K test golds (text after '#### ', commas removed) paired with their own
-             reference solution (should verify correct)
-  gsm8k-     the same solutions with the final '#### N' replaced by a perturbed number (wrong)
-  math500+   500 MATH-500 golds (`answer`) paired with their own solution text (correct)
-  math500-   the same solutions with the last \\boxed{} content perturbed (wrong)
-  math500 formats+/-  each MATH-500 gold (or its perturbation) as the final answer of a short
-             response without \\boxed{}: "the final answer is $G$.", a display \\[ G \\],
-             and a trailing inline $G$ (3 x 500 each)
+Sets (reported separately; external sets are labelled by others, not by this project):
+  own          tests/reward/cases.jsonl: this project's hand-labelled cases (GSM8K and MATH style)
+  peers dev / peers holdout
+               eval/verifier_sets/peers.jsonl: labelled pairs from the public test suites of 12 other
+               graders (Math-Verify, MARIO_EVAL, AReaL, NeMo-Skills, lighteval, slime, MindSpeed-RL,
+               SkyRL, hendrycks/math, TRL, verl, open-r1); pairs whose label a reasonable grader could
+               dispute are left out (listed with the reason in the file). The holdout part was not
+               looked at while the verifier was changed.
+  model gsm8k / model math500
+               eval/verifier_sets/model_outputs_*.jsonl: SmolLM2-135M-Instruct samples on GSM8K test and
+               MATH-500, labelled by reading (truncated responses carry their flag)
+  gsm8k+/- math500+/- formats+/-
+               the datasets' own solutions, and the golds in other answer formats, plus perturbed
+               (wrong) versions (from ../shared/data or --data)
 
 Verifiers:
   mathrl              mathrl.reward.grade_batch (worker pool; timed after the pool is warm)
   mathrl (1 worker)   the same with one worker process, for a per-core comparison
-  math-verify         verify(parse(gold), parse(response))
-  math-verify boxed   verify(parse('\\boxed{' + gold + '}'), parse(response))
+  mathrl, no 2nd op.  mathrl's own rules only (MATHRL_VERIFIER_SECOND_OPINION=0)
+  math-verify         verify(parse(gold as $...$ or boxed), parse(response)): its documented use
+                      (a gold that already has $ or \\boxed is passed as written)
 
-math-verify runs in this process's main thread (its signal.alarm timeouts need that), one
-case at a time. Prints a table of accuracy and cases/second.
+For each: accuracy, false positives (wrong answers credited) and false negatives (right answers
+missed) separately, and cases/second. math-verify runs in this process's main thread (its
+signal.alarm timeouts need that), one case at a time.
 
-    OMP_NUM_THREADS=1 python scripts/bench_verifier.py [--quick] [--data ../shared/data]
+    OMP_NUM_THREADS=1 python scripts/bench_verifier.py [--quick] [--data DIR] [--markdown]
 """
 
 from __future__ import annotations
@@ -128,36 +134,50 @@ def math500_format_sets(path: Path, limit: int | None):
     return pos, neg
 
 
-def run_mathrl(cases, workers: int | None, timeout: float):
-    from mathrl.reward import grade_batch
+def run_mathrl(cases, workers: int, timeout: float, second_opinion: bool = True):
+    from mathrl.reward import grade_batch, shutdown_pool
+    from mathrl.reward.pool import get_pool
 
-    responses = [c[0] for c in cases]
-    golds = [c[1] for c in cases]
-    truncs = [c[3] if len(c) > 3 else False for c in cases]
+    os.environ["MATHRL_VERIFIER_SECOND_OPINION"] = "1" if second_opinion else "0"
+    shutdown_pool()  # the workers read the switch when they start
+    get_pool(workers).grade_many([("\\boxed{1}", "1", False)] * workers, 30.0)  # warm up
     t0 = time.perf_counter()
-    grades = grade_batch(responses, golds, timeout=timeout, workers=workers, truncated=truncs)
+    grades = grade_batch([c[0] for c in cases], [c[1] for c in cases], timeout=timeout, workers=workers,
+                         truncated=[c[3] for c in cases])
     dt = time.perf_counter() - t0
-    right = sum(g.correct == c[2] for g, c in zip(grades, cases))
-    timeouts = sum(g.reason == "timeout" for g in grades)
-    return right, dt, timeouts
+    return [g.correct for g in grades], dt, sum(g.reason == "timeout" for g in grades)
 
 
-def run_math_verify(cases, boxed_gold: bool):
+def _mv_gold(gold: str) -> str:
+    """The gold as math-verify's documentation passes it: in $...$ or boxed."""
+    return gold if ("$" in gold or "\\boxed" in gold) else "\\boxed{" + gold + "}"
+
+
+def run_math_verify(cases):
     from math_verify import parse, verify
 
     t0 = time.perf_counter()
-    right = 0
-    errors = 0
-    for resp, gold, label, *_ in cases:
+    verdicts, errors = [], 0
+    for resp, gold, *_ in cases:
         try:
-            g = parse("\\boxed{" + gold + "}" if boxed_gold else gold)
-            p = parse(resp)
-            ok = bool(verify(g, p))
+            ok = bool(verify(parse(_mv_gold(gold)), parse(resp)))
         except Exception:
             ok = False
             errors += 1
-        right += ok == label
-    return right, time.perf_counter() - t0, errors
+        verdicts.append(ok)
+    return verdicts, time.perf_counter() - t0, errors
+
+
+def labelled_file(path: Path, split: str | None = None) -> list[tuple]:
+    """(response, gold, label, truncated) of a labelled JSONL set, debatable pairs left out."""
+    out = []
+    for r in load_jsonl(path):
+        if r.get("debatable") or (split is not None and r.get("split") != split):
+            continue
+        label = r["label"] if "label" in r else r["equivalent"]
+        trunc = bool(r.get("truncated", False)) or r.get("finish_reason") == "length"
+        out.append((r["response"], r["gold"], bool(label), trunc))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,7 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", default=os.environ.get("MATHRL_DATA") or str(ROOT.parent / "shared" / "data"),
                     help="folder with gsm8k/ and math500/ (default: $MATHRL_DATA, else ../shared/data)")
     ap.add_argument("--cases", default=str(ROOT / "tests" / "reward" / "cases.jsonl"))
+    ap.add_argument("--sets-dir", default=str(ROOT / "eval" / "verifier_sets"))
     ap.add_argument("--quick", action="store_true", help="100 GSM8K and 100 MATH-500 rows only")
+    ap.add_argument("--external-only", action="store_true", help="only the own, peers and model-output sets")
     ap.add_argument("--workers", type=int, default=None, help="mathrl pool size (default: CPUs, max 16)")
     ap.add_argument("--timeout", type=float, default=5.0)
     ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
@@ -175,60 +197,73 @@ def main(argv: list[str] | None = None) -> int:
 
     logging.disable(logging.WARNING)
     from mathrl.progress import Progress
-    from mathrl.reward.pool import default_workers, get_pool
+    from mathrl.reward.pool import default_workers
 
     limit = 100 if args.quick else None
-    sets: list[tuple[str, list]] = []
-    labelled = [(c["response"], c["gold"], c["equivalent"], c.get("truncated", False))
-                for c in load_jsonl(Path(args.cases))]
-    sets.append(("labelled", labelled))
+    sets: list[tuple[str, list]] = [("own (cases.jsonl)", labelled_file(Path(args.cases)))]
+    vs = Path(args.sets_dir)
+    for name, file, split in (("peers dev", "peers.jsonl", "dev"), ("peers holdout", "peers.jsonl", "holdout"),
+                              ("model gsm8k", "model_outputs_gsm8k.jsonl", None),
+                              ("model math500", "model_outputs_math500.jsonl", None)):
+        if (vs / file).is_file():
+            sets.append((name, labelled_file(vs / file, split)))
+        else:
+            print(f"skipping {name}: {vs / file} not found", file=sys.stderr)
     data = Path(args.data)
-    if (data / "gsm8k" / "test.jsonl").is_file():
+    if not args.external_only and (data / "gsm8k" / "test.jsonl").is_file():
         p, n = gsm8k_sets(data / "gsm8k" / "test.jsonl", limit)
         sets += [("gsm8k+ (own solution)", p), ("gsm8k- (perturbed)", n)]
-    else:
-        print(f"skipping GSM8K: {data / 'gsm8k' / 'test.jsonl'} not found", file=sys.stderr)
-    if (data / "math500" / "test.jsonl").is_file():
+    if not args.external_only and (data / "math500" / "test.jsonl").is_file():
         p, n = math500_sets(data / "math500" / "test.jsonl", limit)
         sets += [("math500+ (own solution)", p), ("math500- (perturbed)", n)]
         p, n = math500_format_sets(data / "math500" / "test.jsonl", limit)
         sets += [("math500 formats+ (gold)", p), ("math500 formats- (perturbed)", n)]
-    else:
-        print(f"skipping MATH-500: {data / 'math500' / 'test.jsonl'} not found", file=sys.stderr)
+    sets = [(name, [c if len(c) > 3 else (*c, False) for c in cases]) for name, cases in sets]
 
     nw = args.workers or default_workers()
     verifiers = [
-        (f"mathrl ({nw} workers)", lambda cs: run_mathrl(cs, nw, args.timeout), nw),
-        ("mathrl (1 worker)", lambda cs: run_mathrl(cs, 1, args.timeout), 1),
-        ("math-verify", lambda cs: run_math_verify(cs, False), None),
-        ("math-verify boxed gold", lambda cs: run_math_verify(cs, True), None),
+        (f"mathrl ({nw} workers)", lambda cs: run_mathrl(cs, nw, args.timeout)),
+        ("mathrl (1 worker)", lambda cs: run_mathrl(cs, 1, args.timeout)),
+        ("mathrl, no 2nd op.", lambda cs: run_mathrl(cs, nw, args.timeout, second_opinion=False)),
+        ("math-verify", run_math_verify),
     ]
-    results: dict[tuple[str, str], tuple[int, int, float, int]] = {}
+    results: dict[tuple[str, str], tuple[list[bool], float, int]] = {}
     with Progress(len(verifiers) * sum(len(cases) for _, cases in sets), "bench_verifier", unit="case") as bar:
-        for vname, fn, pool_size in verifiers:
+        for vname, fn in verifiers:
             bar.set_postfix(vname)
-            if pool_size is not None:
-                get_pool(pool_size).grade_many([("\\boxed{1}", "1", False)] * pool_size, 30.0)  # warm up
             for sname, cases in sets:
-                right, dt, extra = fn(cases)
-                results[(vname, sname)] = (right, len(cases), dt, extra)
+                results[(vname, sname)] = fn(cases)
                 if not bar.enabled:  # on a terminal the bar shows the progress instead
-                    print(f"  {vname:<24} {sname:<24} {right}/{len(cases)} in {dt:.2f}s", file=sys.stderr)
+                    right = sum(v == c[2] for v, c in zip(results[(vname, sname)][0], cases))
+                    print(f"  {vname:<24} {sname:<28} {right}/{len(cases)} in {results[(vname, sname)][1]:.2f}s",
+                          file=sys.stderr)
                 bar.update(len(cases))
 
-    # table
-    snames = [s for s, _ in sets] + ["all"]
-    for vname, _, _ in verifiers:
-        tot = [results[(vname, s)] for s, _ in sets]
-        results[(vname, "all")] = (sum(t[0] for t in tot), sum(t[1] for t in tot), sum(t[2] for t in tot),
-                                   sum(t[3] for t in tot))
-    header = ["set", "n"] + [f"{v} acc" for v, _, _ in verifiers] + [f"{v} cases/s" for v, _, _ in verifiers]
+    def cell(vname: str, cases: list, verdicts: list[bool]) -> tuple[str, str]:
+        right = sum(v == c[2] for v, c in zip(verdicts, cases))
+        fp = sum(v and not c[2] for v, c in zip(verdicts, cases))
+        fn = sum(c[2] and not v for v, c in zip(verdicts, cases))
+        return f"{100 * right / max(1, len(cases)):.1f}%", f"{fp}/{fn}"
+
+    header = ["set", "n (pos/neg)"]
+    for v, _ in verifiers:
+        header += [f"{v} acc", f"{v} FP/FN"]
+    header += [f"{v} cases/s" for v, _ in verifiers]
     rows = []
-    for s in snames:
-        n = results[(verifiers[0][0], s)][1]
-        accs = [f"{100 * results[(v, s)][0] / results[(v, s)][1]:.2f}%" for v, _, _ in verifiers]
-        speeds = [f"{results[(v, s)][1] / results[(v, s)][2]:.0f}" for v, _, _ in verifiers]
-        rows.append([s, str(n)] + accs + speeds)
+    all_cases = [c for _, cases in sets for c in cases]
+    for sname, cases in [*sets, ("all", all_cases)]:
+        pos = sum(c[2] for c in cases)
+        row = [sname, f"{len(cases)} ({pos}/{len(cases) - pos})"]
+        for v, _ in verifiers:
+            if sname == "all":
+                verdicts = [x for s, _ in sets for x in results[(v, s)][0]]
+            else:
+                verdicts = results[(v, sname)][0]
+            row += list(cell(v, cases, verdicts))
+        for v, _ in verifiers:
+            t = sum(results[(v, s)][1] for s, _ in sets) if sname == "all" else results[(v, sname)][1]
+            row.append(f"{len(cases) / max(t, 1e-9):.0f}")
+        rows.append(row)
     if args.markdown:
         print("| " + " | ".join(header) + " |")
         print("|" + "---|" * len(header))
@@ -239,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
         for r in rows:
             print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
-    mt = sum(results[(v, "all")][3] for v, _, p in verifiers if p is not None)
+    mt = sum(results[(v, s)][2] for v, _ in verifiers[:3] for s, _ in sets)
     print(f"mathrl timeouts: {mt}; machine: {os.cpu_count()} CPUs, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
     return 0
 

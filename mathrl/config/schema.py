@@ -175,6 +175,9 @@ class RewardConfig:
     timeout: float = option(5.0, "Hard per-response verification timeout in seconds (the worker is killed).",
                             gt=0.0)
     workers: Optional[int] = option(None, "Verifier worker processes (None = number of cores).", ge=1)
+    rel_tol: float = option(0.0, "Relative tolerance for numeric answers: |a - g| <= rel_tol * max(|a|, |g|) "
+                            "counts as equal. 0 (the default) compares numbers exactly, so 0.333 is not 1/3; "
+                            "some graders accept ~1e-4 (say so when you report numbers).", ge=0.0, lt=1.0)
     terms: Optional[dict[str, dict[str, Any]]] = option(
         None, "Reward terms, summed: a mapping term -> {weight: w (default 1.0), <its parameters>}, e.g. "
         "{correctness: {}, format: {bonus: 0.1}, length: {coef: 0.5, buffer: 64}} (the registered terms and "

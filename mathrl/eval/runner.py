@@ -77,6 +77,7 @@ class EvalSettings:
     stop: tuple[str, ...] = ()
     timeout: float = 5.0
     workers: int | None = None
+    rel_tol: float = 0.0
     chunk_rows: int | None = None
     maj_resamples: int = MAJ_RESAMPLES
     maj_exact_subsets: int = MAJ_EXACT_SUBSETS
@@ -99,7 +100,7 @@ class EvalSettings:
                    top_k=-1 if top_k is None else top_k, max_tokens=cfg.eval.max_tokens, greedy=cfg.eval.greedy,
                    seed=cfg.train.seed, template=cfg.data.template, system_prompt=cfg.data.system_prompt,
                    stop=tuple(cfg.rollout.stop), timeout=cfg.reward.timeout, workers=cfg.reward.workers,
-                   chunk_rows=cfg.eval.chunk_rows)
+                   rel_tol=cfg.reward.rel_tol, chunk_rows=cfg.eval.chunk_rows)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -218,7 +219,7 @@ def _default_grader(settings: EvalSettings):
 
     def grade(responses: list[str], golds: list[str], truncated: list[bool]):
         return grade_batch(responses, golds, timeout=settings.timeout, workers=settings.workers,
-                           truncated=truncated)
+                           truncated=truncated, rel_tol=settings.rel_tol)
 
     return grade
 

@@ -1,6 +1,6 @@
 """Grading worker process: ``python -m mathrl.reward._worker`` (started by GraderPool).
 
-Reads length-prefixed pickles ``(index, response, gold, truncated)`` from stdin and writes
+Reads length-prefixed pickles ``(index, response, gold, truncated, rel_tol)`` from stdin and writes
 ``(index, correct, extracted, reason)`` to stdout. Announces ``"ready"`` after warming up.
 """
 
@@ -94,8 +94,8 @@ def main() -> None:
         body = _read_exact(inp, n)
         if body is None:
             return
-        i, response, gold, truncated = pickle.loads(body)
-        g = grade_local(response, gold, bool(truncated))
+        i, response, gold, truncated, rel_tol = pickle.loads(body)
+        g = grade_local(response, gold, bool(truncated), float(rel_tol))
         send((i, g.correct, g.extracted, g.reason))
 
 

@@ -29,7 +29,8 @@ def _check_timeout(timeout: float) -> float:
     return t
 
 
-def grade(response: str, gold: str, *, timeout: float = 5.0, truncated: bool = False) -> Grade:
+def grade(response: str, gold: str, *, timeout: float = 5.0, truncated: bool = False,
+          rel_tol: float = 0.0) -> Grade:
     """Grade one response against its gold answer.
 
     ``truncated=True`` means the sampler stopped at the length limit; then only an explicit
@@ -38,7 +39,7 @@ def grade(response: str, gold: str, *, timeout: float = 5.0, truncated: bool = F
     Never raises on any response; a call that needs more than ``timeout`` seconds returns
     ``Grade(False, None, "timeout")``.
     """
-    return grade_batch([response], [gold], timeout=timeout, truncated=[truncated])[0]
+    return grade_batch([response], [gold], timeout=timeout, truncated=[truncated], rel_tol=rel_tol)[0]
 
 
 def grade_batch(
@@ -49,6 +50,7 @@ def grade_batch(
     workers: int | None = None,
     truncated: Sequence[bool] | bool | None = None,
     durations: list[float] | None = None,
+    rel_tol: float = 0.0,
 ) -> list[Grade]:
     """Grade many responses in parallel worker processes; results in input order.
 
@@ -58,9 +60,16 @@ def grade_batch(
     ``durations``: if a list is given, it is filled with one float per response: seconds spent
     on it (in this process for the fast path; from dispatch to verdict for the worker pool, so
     a timeout shows as about ``timeout``). For profiling the verifier; costs nothing otherwise.
-    Safe to call from any thread.
+    ``rel_tol``: relative tolerance for numeric answers (``reward.rel_tol``); 0, the default, compares
+    numbers exactly (0.333 is not 1/3). Safe to call from any thread.
     """
     t = _check_timeout(timeout)
+    try:
+        tol = float(rel_tol)
+    except (TypeError, ValueError):
+        raise ValueError(f"rel_tol must be a number in [0, 1), got {rel_tol!r}") from None
+    if not 0.0 <= tol < 1.0:
+        raise ValueError(f"rel_tol must be a number in [0, 1), got {rel_tol!r}")
     responses = list(responses)
     golds = list(golds)
     if len(responses) != len(golds):
@@ -80,7 +89,7 @@ def grade_batch(
     times = [0.0] * len(responses) if durations is not None else None
     for i, (r, g, tr) in enumerate(zip(responses, golds, truncs)):
         t0 = time.perf_counter() if times is not None else 0.0
-        fg = fast_grade(r, g, tr) if isinstance(r, str) and isinstance(g, str) else None
+        fg = fast_grade(r, g, tr, tol) if isinstance(r, str) and isinstance(g, str) else None
         if fg is None and not (isinstance(r, str) and isinstance(g, str)):
             fg = Grade(False, None, "error")
         out.append(fg)
@@ -91,7 +100,7 @@ def grade_batch(
     if slow:
         pool = get_pool(workers)
         pool_times: list[float] | None = [] if times is not None else None
-        res = pool.grade_many([(responses[i], golds[i], truncs[i]) for i in slow], t, durations=pool_times)
+        res = pool.grade_many([(responses[i], golds[i], truncs[i], tol) for i in slow], t, durations=pool_times)
         for k, (i, g) in enumerate(zip(slow, res)):
             out[i] = g
             if times is not None and pool_times is not None:

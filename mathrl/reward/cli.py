@@ -73,7 +73,8 @@ def _run_file(args) -> int:
         return 2
     t0 = time.perf_counter()
     grades = grade_batch([c["response"] for c in cases], [c["gold"] for c in cases], timeout=args.timeout,
-                         workers=args.workers, truncated=[c.get("truncated", False) for c in cases])
+                         workers=args.workers, truncated=[c.get("truncated", False) for c in cases],
+                         rel_tol=args.rel_tol)
     dt = time.perf_counter() - t0
     reasons = Counter(g.reason for g in grades)
     print(f"{len(cases)} cases in {dt:.2f}s ({len(cases) / dt:.0f} cases/s); reasons: "
@@ -112,6 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--file", help="JSONL with gold, response, optional equivalent/truncated")
     p.add_argument("--timeout", type=float, default=5.0, help="seconds per case (default 5)")
     p.add_argument("--workers", type=int, default=None, help="worker processes (default: CPUs, max 16)")
+    p.add_argument("--rel-tol", type=float, default=0.0,
+                   help="relative tolerance for numbers (default 0: exact, so 0.333 is not 1/3)")
     p.add_argument("--show", type=int, default=50, help="disagreements to print (default 50)")
     return p
 
@@ -121,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.timeout <= 0:
         print(f"error: --timeout must be > 0, got {args.timeout}", file=sys.stderr)
         return 2
+    if not 0.0 <= args.rel_tol < 1.0:
+        print(f"error: --rel-tol must be in [0, 1), got {args.rel_tol}", file=sys.stderr)
+        return 2
     if args.file:
         if args.gold is not None or args.response is not None:
             print("error: use either --file or --gold/--response, not both", file=sys.stderr)
@@ -129,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.gold is None or args.response is None:
         print("error: give --gold and --response, or --file cases.jsonl", file=sys.stderr)
         return 2
-    g = grade(args.response, args.gold, timeout=args.timeout, truncated=args.truncated)
+    g = grade(args.response, args.gold, timeout=args.timeout, truncated=args.truncated, rel_tol=args.rel_tol)
     print(f"{'CORRECT' if g.correct else 'WRONG'}  reason={g.reason}  extracted={g.extracted!r}")
     return 0
 

@@ -4,7 +4,7 @@ Order of checks for two scalars (first decisive one wins):
 
 1. identical normalised strings;
 2. multiple-choice letters (``C``, ``(C)``, ``\\text{(C)}``) compared as letters;
-3. exact rationals (:func:`mathrl.reward.normalize.exact_number`): integers, decimals,
+3. exact rationals (:func:`mathrl.reward.numbers.exact_number`): integers, decimals,
    fractions, mixed numbers, scientific notation -- *exact*, so 0.33 != 1/3;
 4. text answers (no digits, words): case-, space- and punctuation-insensitive equality;
 5. sympy (parsed with latex2sympy2_extended, the parser math-verify uses; decimals are turned
@@ -14,8 +14,33 @@ Order of checks for two scalars (first decisive one wins):
    are equal when ``simplify(a - b) == 0`` or they agree at 5 random points (rational,
    positive and negative) to the same relative precision, with identical free symbols.
 
-Percent: ``25\\%`` equals ``25`` and ``0.25``. Degrees: ``30^\\circ`` equals ``30``.
-Structures: see :func:`nodes_equal`.
+The answer policy (the same text is in README, "Verifier"):
+
+* **Numbers are exact rationals** by default (0.33 != 1/3, 1/2^99 != 1/2^98). ``reward.rel_tol`` (or
+  ``grade_batch(rel_tol=...)``, ``mathrl verify --rel-tol``) accepts numbers within a relative
+  distance instead, for users who grade rounded answers.
+* **Number formats**: thousands separators (``1,000``, ``1 000``, ``1\\,000``, ``11,\\! 111``),
+  leading-dot decimals, repeating decimals (``0.\\overline{3}``, ``0.(3)``), mixed numbers
+  (``1\\frac12``), scientific notation, scale words (``2 million``) and number words (``seven``).
+* **Units**: a unit after a number is dropped whether glued or spaced (``10cm``, ``10 m``,
+  ``10weeks``, ``5只``); one- and two-letter units only from a fixed list; no conversion (``1 km``
+  is 1). A parenthetical remark after the answer is dropped (``5 (which is 500 cents)``).
+* **Percent**: ``25\\%`` equals ``25`` and ``0.25`` (a percent sign on one side may be read either
+  way). **Degrees**: ``30^\\circ`` equals ``30``; inside a trigonometric function a degree is
+  pi/180 (``\\sin(90^\\circ - x)`` = ``\\cos x``).
+* **Times and ratios**: ``H:MM[:SS] [am|pm]`` is a time of day (``20:34`` = ``20:34:00``,
+  ``12:00`` != ``1:00``; am/pm on one side only compares modulo 12 hours); other ``a:b`` are
+  ratios (``2:4`` = ``1:2``).
+* **Relations**: ``x = 5``, ``(p,q) = (3,2)``, ``x \\approx 11`` count by their value; one-variable
+  inequalities are intervals (``x < 1`` = ``-x > -1`` = ``(-\\infty, 1)``); named sets
+  (``\\mathbb{R}``, "all real numbers", ``\\emptyset``) equal their interval/set notation.
+* **Lists, sets and matrices**: see :func:`nodes_equal` (tuples in brackets are ordered, bare lists
+  and sets unordered, ``\\pm`` is a two-element list, a column/row vector equals a tuple).
+* **Hedging**: an answer listing several different candidates is credited only when every item
+  equals the gold (see :mod:`mathrl.reward.extract`).
+
+When these rules say *unequal*, math-verify gives a second opinion under the rule written in
+:mod:`mathrl.reward.second_opinion` (never for exact numbers, numeric constants or hedged answers).
 """
 
 from __future__ import annotations
@@ -23,6 +48,7 @@ from __future__ import annotations
 import random
 import re
 from fractions import Fraction
+from contextvars import ContextVar
 from functools import lru_cache
 
 from mathrl.reward.normalize import (
@@ -33,16 +59,25 @@ from mathrl.reward.normalize import (
     Scalar,
     Seq,
     Union,
-    exact_number,
     guard,
     is_var,
     parse_answer,
 )
+from mathrl.reward.numbers import clock_time, exact_number, ratio
 
 __all__ = ["equivalent", "fast_equivalent", "nodes_equal", "scalar_equal"]
 
 REL_TOL_EXP = 40
 DIGITS = 60
+
+# The user's relative tolerance for numbers (``reward.rel_tol``; 0 = exact). Set for the duration of
+# one :func:`equivalent` call, read where numbers are compared.
+_REL_TOL: ContextVar[float] = ContextVar("mathrl_rel_tol", default=0.0)
+
+
+def _within(x, y, tol: float) -> bool:
+    """|x - y| <= tol * max(|x|, |y|) (exact when tol = 0)."""
+    return x == y or (tol > 0 and abs(x - y) <= tol * max(abs(x), abs(y)))
 
 
 class _NeedSympy(Exception):
@@ -80,7 +115,8 @@ def _choice(s: str) -> str | None:
 
 
 def _resp_choice(s: str) -> str | None:
-    m = re.match(r"\s*\(([A-Ea-e])\)|\s*([A-E])(?:$|[\s.:)])", s)
+    """A multiple-choice letter leading the answer: '(C)', 'C', 'C. 12', 'C: twelve'; not 'E * 2'."""
+    m = re.match(r"\s*\(([A-Ea-e])\)|\s*([A-E])(?:$|[.:)]|\s(?!\s*[-+*/^=\\]))", s)
     if not m:
         return None
     return (m.group(1) or m.group(2)).upper()
@@ -141,7 +177,8 @@ def _num_close(a, b) -> bool | None:
         scale = sympy.Max(sympy.Abs(va), sympy.Abs(vb)).evalf(DIGITS)
         if scale == 0:
             return diff == 0
-        return bool(diff <= scale * sympy.Float(10) ** (-REL_TOL_EXP))
+        tol = max(sympy.Float(10) ** (-REL_TOL_EXP), sympy.Float(_REL_TOL.get()))
+        return bool(diff <= scale * tol)
     except (TypeError, ValueError):
         return None
 
@@ -219,6 +256,14 @@ def scalar_equal(g: Scalar, r: Scalar, fast: bool = False) -> bool:
         rc = _resp_choice(rs)
         if rc is not None:
             return rc == gc
+    gk, rk = clock_time(gs), clock_time(rs)
+    if gk is not None and rk is not None:  # times of day: 20:34 = 20:34:00, 12:00 != 1:00
+        if gk[1] != rk[1]:  # am/pm on one side only: 7:30 = 7:30 pm
+            return gk[0] % 43200 == rk[0] % 43200
+        return gk[0] == rk[0]
+    gq, rq = ratio(gs), ratio(rs)
+    if gq is not None and rq is not None:  # ratios: 2:4 = 1:2
+        return gq[0] * rq[1] == gq[1] * rq[0] and (gq[1] != 0 or gq == rq)
     gb, rb = _BASE_RE.match(_norm_str(gs)), _BASE_RE.match(_norm_str(rs))
     if gb or rb:  # numbers in base b: 52_8 (compared as digit strings; the base must agree)
         gd, gbase = (gb.group(1), gb.group(2)) if gb else (_norm_str(gs), None)
@@ -227,7 +272,8 @@ def scalar_equal(g: Scalar, r: Scalar, fast: bool = False) -> bool:
             return gd.upper() == rd.upper() and (gbase is None or rbase is None or gbase == rbase)
     gv, rv = exact_number(gs), exact_number(rs)
     if gv is not None and rv is not None:
-        return any(x == y for x, y in _percent_pairs(gv, rv, g, r, 100))
+        tol = _REL_TOL.get()
+        return any(_within(x, y, tol) for x, y in _percent_pairs(gv, rv, g, r, 100))
     gt, rt = _is_text(gs), _is_text(rs)
     if gt or rt:
         if gt and rt:
@@ -239,14 +285,15 @@ def scalar_equal(g: Scalar, r: Scalar, fast: bool = False) -> bool:
             return False
     if fast:
         raise _NeedSympy
-    try:
-        a = _to_sympy(gs)
-        b = _to_sympy(rs)
+    import sympy
+
+    try:  # an exact number is its rational (the parser would read '1.41421' as a set of one element)
+        a = sympy.Rational(gv.numerator, gv.denominator) if gv is not None else _to_sympy(gs)
+        b = sympy.Rational(rv.numerator, rv.denominator) if rv is not None else _to_sympy(rs)
     except GuardError:
         raise
     except Exception:  # unparseable LaTeX: equal strings were handled above
         return False
-    import sympy
 
     if isinstance(a, sympy.Expr) and isinstance(b, sympy.Expr):
         return any(_sympy_equal(x, y) for x, y in _percent_pairs(a, b, g, r, sympy.Integer(100)))
@@ -337,7 +384,8 @@ def nodes_equal(g, r, fast: bool = False) -> bool:
         return all(nodes_equal(a, b, fast) for ra, rb in zip(g.rows, r.rows) for a, b in zip(ra, rb))
     if isinstance(g, Matrix) and isinstance(r, (Seq, Group)):
         v = _vector(g)
-        if v is None or (isinstance(r, Seq) and r.open != "(") or (isinstance(r, Group) and r.kind == "set"):
+        if v is None or (isinstance(r, Seq) and (r.open + r.close) not in ("()", "[]")) or (
+                isinstance(r, Group) and r.kind == "set"):
             return False
         return _ordered(v, r.items, fast)
     coll = (Group, Union)
@@ -396,28 +444,32 @@ def _relations_equal(g: Relation, r: Relation, fast: bool) -> bool:
 MAX_EQUIV_CHARS = 20_000
 
 
-def equivalent(gold: str, answer: str) -> bool:
-    """True when ``answer`` is equivalent to ``gold`` (both raw strings). May raise GuardError
+def equivalent(gold: str, answer: str, rel_tol: float = 0.0) -> bool:
+    """True when ``answer`` is equivalent to ``gold`` (both raw strings). ``rel_tol`` > 0 accepts
+    numbers within that relative distance (``reward.rel_tol``; 0 = exact). May raise GuardError
     (among others when either string is longer than MAX_EQUIV_CHARS: parsing a structure of
     tens of thousands of items is not worth the worker's time, and no gold is that long)."""
     if len(gold) > MAX_EQUIV_CHARS or len(answer) > MAX_EQUIV_CHARS:
         raise GuardError(f"answer or gold longer than {MAX_EQUIV_CHARS} characters")
-    g = parse_answer(gold)
-    r = parse_answer(answer)
-    return nodes_equal(g, r, fast=False)
+    token = _REL_TOL.set(float(rel_tol))
+    try:
+        return nodes_equal(parse_answer(gold), parse_answer(answer), fast=False)
+    finally:
+        _REL_TOL.reset(token)
 
 
-def fast_equivalent(gold: str, answer: str) -> bool | None:
+def fast_equivalent(gold: str, answer: str, rel_tol: float = 0.0) -> bool | None:
     """The same verdict as :func:`equivalent` when it can be reached without sympy, else None.
 
     Pure Python and bounded (used in the calling process, before the worker pool)."""
+    token = _REL_TOL.set(float(rel_tol))
     try:
         if len(gold) > 500 or len(answer) > 500:
             return None
-        g = parse_answer(gold)
-        r = parse_answer(answer)
-        return nodes_equal(g, r, fast=True)
+        return nodes_equal(parse_answer(gold), parse_answer(answer), fast=True)
     except _NeedSympy:
         return None
     except Exception:
         return None
+    finally:
+        _REL_TOL.reset(token)

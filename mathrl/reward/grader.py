@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from mathrl.reward.equiv import equivalent, fast_equivalent
 from mathrl.reward.extract import extract_answer
 from mathrl.reward.normalize import GuardError
+from mathrl.reward.second_opinion import math_verify_equal, second_opinion_applies
 
 __all__ = ["Grade", "REASONS", "grade_local", "fast_grade"]
 
@@ -40,7 +41,7 @@ def _verdict(ok: bool, extracted: str) -> Grade:
     return Grade(True, extracted, "ok") if ok else Grade(False, extracted, "mismatch")
 
 
-def fast_grade(response: str, gold: str, truncated: bool = False) -> Grade | None:
+def fast_grade(response: str, gold: str, truncated: bool = False, rel_tol: float = 0.0) -> Grade | None:
     """Grade without sympy when that is decisive; None when the full path is needed."""
     try:
         if not isinstance(response, str) or not isinstance(gold, str):
@@ -48,17 +49,17 @@ def fast_grade(response: str, gold: str, truncated: bool = False) -> Grade | Non
         ex = extract_answer(response, truncated)
         if ex.answer is None:
             return Grade(False, None, "no_answer")
-        v = fast_equivalent(gold, ex.answer)
-        if v is None:
-            return None
+        v = fast_equivalent(gold, ex.answer, rel_tol)
+        if v is None or (not v and second_opinion_applies(gold, ex.answer, ex.hedged)):
+            return None  # sympy needed, or math-verify's second opinion (in a worker)
         return _verdict(v, ex.answer)
     except Exception:
         return None
 
 
-def grade_local(response: str, gold: str, truncated: bool = False) -> Grade:
+def grade_local(response: str, gold: str, truncated: bool = False, rel_tol: float = 0.0) -> Grade:
     """Full grading in this process. Never raises; has no timeout of its own (the worker pool
-    supplies it)."""
+    supplies it). ``rel_tol``: relative tolerance for numbers (0 = exact)."""
     extracted = None
     try:
         if not isinstance(response, str):
@@ -69,7 +70,10 @@ def grade_local(response: str, gold: str, truncated: bool = False) -> Grade:
         extracted = ex.answer
         if extracted is None:
             return Grade(False, None, "no_answer")
-        return _verdict(equivalent(gold, extracted), extracted)
+        ok = equivalent(gold, extracted, rel_tol)
+        if not ok and second_opinion_applies(gold, extracted, ex.hedged):
+            ok = math_verify_equal(gold, extracted)
+        return _verdict(ok, extracted)
     except GuardError:
         return Grade(False, extracted, "error")
     except (MemoryError, RecursionError):

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from fractions import Fraction
 
-from mathrl.latex import last_box, matching_brace
+from mathrl.latex import find_boxes, last_box, matching_brace
+from mathrl.reward.numbers import NAMED_SETS, scale_words, strip_units
 
 __all__ = [
     "Scalar",
@@ -36,7 +36,6 @@ __all__ = [
     "GuardError",
     "clean",
     "parse_answer",
-    "exact_number",
     "split_top",
     "guard",
 ]
@@ -324,52 +323,16 @@ _UNICODE = {
     "\u00a0": " ", "\u2009": " ", "\u202f": " ",
 }
 _SPACING = re.compile(
-    r"\\(?:displaystyle|textstyle|scriptstyle|!|,|;|:|quad|qquad|medspace|thinspace|thickspace|enspace)(?![a-zA-Z])"
+    r"\\(?:displaystyle|textstyle|scriptstyle|!|,|;|:|medspace|thinspace|thickspace|enspace)(?![a-zA-Z])"
+    r"|\\q?quad"  # also glued to a following name: '\\quadx_2'
 )
 _LEFTRIGHT = re.compile(r"\\(?:left|right|bigl|bigr|Bigl|Bigr|biggl|biggr|big|Big|bigg|Bigg)(?![a-zA-Z])\s*\.?")
 _DEGREE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ|°|\\degree(?![a-zA-Z])|\bdegrees?\b")
+_TRIG = re.compile(r"\\(?:sin|cos|tan|cot|sec|csc)(?![a-zA-Z])")
 _PERCENT = re.compile(r"\\%|%|\bpercent\b")
 _CURRENCY = re.compile(r"\\\$|\$|€|£|¥|\bUSD\b|\bdollars?\b|\bcents?\b|\beuros?\b")
 _TEXT_CMDS = ("text", "textbf", "textit", "textrm", "textsf", "texttt", "mbox", "mathrm", "mathbf",
               "mathit", "mathsf", "mathtt", "boldsymbol", "bm", "hbox", "emph", "textnormal")
-# two-letter unit words that may be stripped after a number (longer words are generic units)
-_SHORT_UNITS = {"cm", "mm", "km", "kg", "mg", "ft", "in", "oz", "lb", "mi", "ml", "hr", "yd", "sq",
-                "m", "g", "s", "h", "l"}
-_GLUED_UNITS = {"cm", "mm", "km", "kg", "mg", "ft", "oz", "lb", "lbs", "mi", "ml", "hr", "hrs", "yd",
-                "min", "mins", "sec", "secs", "mph", "kmh", "am", "pm", "st", "nd", "rd", "th"}
-_NOT_UNITS = {"and", "or", "pi", "infty", "sqrt", "frac", "sin", "cos", "tan", "log", "ln", "exp",
-              "cup", "cap", "in", "to", "no", "yes", "none"}
-
-
-def _strip_units(s: str) -> str:
-    """Drop trailing unit words after a numeric/math head: '5 cm^2' -> '5', '18 apples' -> '18'."""
-    glued = re.fullmatch(r"\s*([-+]?[\d.,/]*\d)\s*([A-Za-z]{2,4})\.?\s*", s)
-    if glued and glued.group(2).lower() in _GLUED_UNITS:
-        return glued.group(1)
-    tokens = s.split()
-    if len(tokens) < 2:
-        return s
-    unit_re = re.compile(r"^(?:[A-Za-z]+\.?)(?:\^\{?\d\}?|\d)?(?:/[A-Za-z]+(?:\^\{?\d\}?)?)?$")
-    k = len(tokens)
-    while k > 1:
-        t = tokens[k - 1]
-        word = re.sub(r"[^A-Za-z]", "", t).lower()
-        if not unit_re.match(t) or word in _NOT_UNITS:
-            break
-        core = re.match(r"[A-Za-z]+", t).group(0)
-        if len(core) < 3 and core.lower() not in _SHORT_UNITS:
-            break
-        if k - 2 >= 0 and tokens[k - 2].endswith("\\"):
-            break
-        k -= 1
-    if k == len(tokens):
-        return s
-    head = " ".join(tokens[:k])
-    if re.search(r"[\d\\]", head) and not re.fullmatch(r"[A-Za-z ]+", head):
-        return head
-    return s
-
-
 def clean(s: str) -> tuple[str, bool, bool]:
     """Clean an answer string; returns (text, had_percent, had_degree).
 
@@ -378,9 +341,14 @@ def clean(s: str) -> tuple[str, bool, bool]:
     and final periods. Percent and degree signs are removed and reported as flags.
     """
     s = s.strip()
-    inner = last_box(s)
-    if inner is not None:
-        s = inner
+    # a doubled backslash before a command ('\\\\left(\\\\frac{4}{5}...', escaped twice) is the command
+    s = re.sub(r"\\\\(?=(?:left|right|frac|dfrac|tfrac|sqrt|pi|cdot|times|infty|boxed|text|begin|end)(?![a-zA-Z]))",
+               r"\\", s)
+    boxes = [b[2] for b in find_boxes(s)]
+    if len(boxes) > 1:  # a gold written as several boxes ('\\boxed{1} and \\boxed{-2}'): one list
+        s = ", ".join(dict.fromkeys(boxes))
+    elif boxes or last_box(s) is not None:
+        s = last_box(s)
     for a, b in _UNICODE.items():
         s = s.replace(a, b)
     s = s.strip()
@@ -388,10 +356,14 @@ def clean(s: str) -> tuple[str, bool, bool]:
         for a, b in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
             if s.startswith(a) and s.endswith(b) and len(s) >= len(a) + len(b):
                 s = s[len(a) : len(s) - len(b)].strip()
+    s = re.sub(r"(?<=\d),\s*\\[!,]\s*(?=\d{3}(?!\d))", ",", s)  # 11,\! 111,\! 100 -> 11,111,100
+    s = re.sub(r"(?<=\d)\\[!,](?=\d{3}(?!\d))", "", s)  # 1\,000 -> 1000
     s = _SPACING.sub(" ", s)
     s = re.sub(r"(?<!\\)\\ ", " ", s).replace("~", " ")
     s = _LEFTRIGHT.sub("", s)
     s = re.sub(r"\\[dtc]frac(?![a-zA-Z])", r"\\frac", s)
+    s = re.sub(r"\\sqrt\s*(\[[^\]]*\])?\s*([0-9A-Za-z])", r"\\sqrt\1{\2}", s)  # \sqrt[3]2, \sqrt2
+    s = re.sub(r"\\(mathcal|mathbb|mathfrak|mathscr)\s+([A-Za-z])", r"\\\1{\2}", s)  # \mathcal B
     s = re.sub(r"\\[dt]binom(?![a-zA-Z])", r"\\binom", s)
     s = re.sub(r"\\(?:leqslant|le)(?![a-zA-Z])", r"\\leq ", s)
     s = re.sub(r"\\(?:geqslant|ge)(?![a-zA-Z])", r"\\geq ", s)
@@ -402,6 +374,8 @@ def clean(s: str) -> tuple[str, bool, bool]:
     s = _unwrap_commands(s, _TEXT_CMDS, " ")
     s = re.sub(r"\\pmod\s*\{[^{}]*\}|\\pmod\s*\w+|\(\s*\\?mod\s*\w+\s*\)|\\bmod\s*\w+|\\mod\s*\w+", " ", s)
     s = re.sub(r"\s+\^", "^", s)
+    if _TRIG.search(s):  # sin(90^\circ - x): the degree sign is a unit of the argument
+        s = re.sub(r"(\d+(?:\.\d+)?)\s*(?:\^\s*\{?\s*\\circ\s*\}?|°)", r"(\1\\pi/180)", s)
     degree = bool(_DEGREE.search(s))
     s = _DEGREE.sub(" ", s)
     percent = bool(_PERCENT.search(s))
@@ -414,87 +388,22 @@ def clean(s: str) -> tuple[str, bool, bool]:
     s = re.sub(r"(?<![\d.])\d{1,3}(?: \d{3})+(?![\d])", lambda m: m.group(0).replace(" ", ""), s)
     s = re.sub(r"\s+", " ", s).strip()
     approx = split_top(s, ("\\approx",))
-    if len(approx) > 1 and approx[0].strip():  # '\sqrt{65} \approx 8.06': keep the exact value
-        s = approx[0].strip()
+    if len(approx) > 1 and approx[0].strip():
+        # '\sqrt{65} \approx 8.06': keep the exact value; 'x \approx 11': the value of x
+        s = approx[-1].strip() if is_var(approx[0]) else approx[0].strip()
+    s = scale_words(s)
+    s = NAMED_SETS.get(re.sub(r"[\s{}]", "", s).lower(), s)
+    paren = re.fullmatch(r"(.*?[\d}])\s*\(([^()]*)\)", s)  # '5 (which is 500 cents)' -> '5'
+    if paren and re.search(r"[A-Za-z]{3,}", re.sub(r"\\[A-Za-z]+", "", paren.group(2))):
+        s = paren.group(1).strip()
     s = re.sub(r"^(?:[A-Za-z](?:_\{?\w+\}?)?\s*\\in\s*)", "", s)  # 'x \in (1,2)'
-    s = s.rstrip(" .;:")
+    s = re.sub(r"^(?:the\s+)?(?:final\s+)?answer\s*(?:is|:)\s*", "", s, flags=re.IGNORECASE)
+    s = s.rstrip(" .;:\\")
     s = s.lstrip(":").strip()
-    s = _strip_units(s)
-    return s, percent, degree
-
-
-# ----------------------------------------------------------------------------- numbers
-
-_NUM = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)"
-_RE_PLAIN = re.compile(rf"^{_NUM}$")
-_RE_SLASH = re.compile(rf"^({_NUM})\s*/\s*({_NUM})$")
-_RE_FRAC = re.compile(rf"^([+-]?)\s*\\frac\s*\{{\s*({_NUM})\s*\}}\s*\{{\s*({_NUM})\s*\}}$")
-_RE_FRAC_SHORT = re.compile(r"^([+-]?)\s*\\frac\s*(\d)\s*(\d)$")
-_RE_MIXED_TEX = re.compile(r"^([+-]?)(\d+)\s*\\frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}$")
-_RE_MIXED_SLASH = re.compile(r"^([+-]?)(\d+)\s+(\d+)\s*/\s*(\d+)$")
-_RE_SCI = re.compile(rf"^({_NUM})\s*(?:\\times|\\cdot|\*|x)\s*10\s*\^\s*\{{?\s*([+-]?\d+)\s*\}}?$")
-_RE_E = re.compile(rf"^({_NUM})[eE]([+-]?\d+)$")
-_RE_POW10 = re.compile(r"^10\s*\^\s*\{?\s*([+-]?\d+)\s*\}?$")
-
-
-def _frac(t: str) -> Fraction:
-    return Fraction(t.replace("+", "") if t.startswith("+") else t)
-
-
-def exact_number(s: str) -> Fraction | None:
-    """Exact rational value of a plain numeric answer, or None if it is not one.
-
-    Accepts integers, decimals, ``a/b``, ``\\frac{a}{b}``, mixed numbers (``7\\frac{3}{4}``,
-    ``7 3/4``), scientific notation (``1.5\\times10^{3}``, ``1.5e3``) with |exponent| <= 1000.
-    """
-    s = s.strip()
-    if s.startswith("(") and s.endswith(")") and _match_close(s, 0) == len(s) - 1:
+    if s.startswith("{") and _match_close(s, 0) == len(s) - 1:  # {1,2,3}: LaTeX grouping, not a set
         s = s[1:-1].strip()
-    if len(s) > 400:
-        return None
-    try:
-        if _RE_PLAIN.match(s):
-            return _frac(s)
-        m = _RE_SLASH.match(s)
-        if m:
-            d = _frac(m.group(2))
-            return None if d == 0 else _frac(m.group(1)) / d
-        m = _RE_FRAC.match(s)
-        if m:
-            d = _frac(m.group(3))
-            if d == 0:
-                return None
-            v = _frac(m.group(2)) / d
-            return -v if m.group(1) == "-" else v
-        m = _RE_FRAC_SHORT.match(s)
-        if m:
-            d = int(m.group(3))
-            if d == 0:
-                return None
-            v = Fraction(int(m.group(2)), d)
-            return -v if m.group(1) == "-" else v
-        for rx in (_RE_MIXED_TEX, _RE_MIXED_SLASH):
-            m = rx.match(s)
-            if m:
-                d = int(m.group(4))
-                if d == 0:
-                    return None
-                v = int(m.group(2)) + Fraction(int(m.group(3)), d)
-                return -v if m.group(1) == "-" else v
-        for rx in (_RE_SCI, _RE_E):
-            m = rx.match(s)
-            if m:
-                e = int(m.group(2))
-                if abs(e) > 1000:
-                    return None
-                return _frac(m.group(1)) * Fraction(10) ** e
-        m = _RE_POW10.match(s)
-        if m:
-            e = int(m.group(1))
-            return None if abs(e) > 1000 else Fraction(10) ** e
-    except (ValueError, ZeroDivisionError, OverflowError):
-        return None
-    return None
+    s = strip_units(s)
+    return s, percent, degree
 
 
 # ----------------------------------------------------------------------------- structure
@@ -562,6 +471,11 @@ def _interval_from_inequality(operands: list[str], ops: list[str]) -> Seq | None
     strict = {"<": True, ">": True, "\\leq": False, "\\geq": False}
     if len(ops) == 1:
         a, b = operands
+        flip = {"<": ">", ">": "<", "\\leq": "\\geq", "\\geq": "\\leq"}
+        if a.startswith("-") and is_var(a[1:]) and not is_var(b):  # -x > -1  ->  x < 1
+            return _interval_from_inequality([a[1:].strip(), f"-({b})"], [flip[ops[0]]])
+        if b.startswith("-") and is_var(b[1:]) and not is_var(a):  # -1 < -x  ->  1 > x
+            return _interval_from_inequality([f"-({a})", b[1:].strip()], [flip[ops[0]]])
         if is_var(a) and not is_var(b):
             var_left, bound, op = True, b, ops[0]
         elif is_var(b) and not is_var(a):
@@ -609,6 +523,9 @@ def parse_node(s: str, percent: bool, degree: bool, depth: int):
     parts = split_top(s, ("\\cup",))
     if len(parts) > 1:
         return Union(tuple(rec(p) for p in parts))
+    wrapped = re.fullmatch(r"[\[(]\s*(\\begin\{array\}.*\\end\{array\})\s*[\])]", s, re.DOTALL)
+    if wrapped:  # \left[\begin{array}{cc}..\end{array}\right]: a matrix in explicit brackets
+        s = wrapped.group(1)
     m = _MATRIX_RE.match(s)
     if m:
         body = m.group(2).strip()

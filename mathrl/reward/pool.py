@@ -144,10 +144,10 @@ class GraderPool:
         self.stats["restarts"] += 1
 
     # -- main loop
-    def grade_many(self, tasks: list[tuple[str, str, bool]], timeout: float,
+    def grade_many(self, tasks: list[tuple], timeout: float,
                    durations: list[float] | None = None) -> list[Grade]:
-        """Grade (response, gold, truncated) tasks; results in input order. When ``durations``
-        is a list it is filled with each task's seconds from dispatch to verdict."""
+        """Grade (response, gold, truncated[, rel_tol]) tasks; results in input order. When
+        ``durations`` is a list it is filled with each task's seconds from dispatch to verdict."""
         if timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
         with self._lock:
@@ -165,9 +165,9 @@ class GraderPool:
             for w in self._workers:
                 if w.ready and w.task is None and pending:
                     i = pending.pop()
-                    resp, gold, trunc = tasks[i]
+                    resp, gold, trunc, *tol = tasks[i]
                     try:
-                        w.send((i, resp, gold, trunc))
+                        w.send((i, resp, gold, trunc, tol[0] if tol else 0.0))
                     except (BrokenPipeError, OSError):
                         pending.append(i)
                         w.ready = False

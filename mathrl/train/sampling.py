@@ -88,7 +88,7 @@ def sample_and_grade(cfg: Config, dist: DistInfo, tokenizer, rollout, problems: 
     grades = None
     if needs_grades(terms):
         grades = grade_batch(batch.response_text, golds, timeout=cfg.reward.timeout, workers=cfg.reward.workers,
-                             truncated=truncated)
+                             truncated=truncated, rel_tol=cfg.reward.rel_tol)
     ctx = RewardContext(responses=batch.response_text, grades=grades, truncated=truncated,
                         lengths=[int(n) for n in batch.response_mask.sum(1)], max_length=r.max_tokens, golds=golds)
     score_list = compute_rewards(terms, ctx)

@@ -81,7 +81,9 @@ def test_the_three_call_sites_agree(text, expected):
     if not ex.hedged and expected:
         assert ex.answer == expected
     if last_box(expected) is None:  # (clean strips one box; a content holding a box would lose it too)
-        assert clean(text) == clean(expected)  # normalisation strips the same box
+        # normalisation strips the same box; several different boxes are one list, as the extractor
+        # reads them
+        assert clean(text) == clean(ex.answer if ex.hedged else expected)
 
 
 def test_brace_less_box_takes_the_graders_reading():

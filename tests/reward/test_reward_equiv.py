@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from mathrl.reward.equiv import equivalent, fast_equivalent
-from mathrl.reward.normalize import GuardError, exact_number
+from mathrl.reward.normalize import GuardError
+from mathrl.reward.numbers import exact_number
 from fractions import Fraction
 
 EQUAL = [

@@ -1,0 +1,84 @@
+"""math-verify as a second opinion on an answer mathrl's own rules call unequal.
+
+mathrl decides first (extraction policy, exact rationals, structures; see :mod:`mathrl.reward.equiv`).
+When it says *mismatch*, the same extracted answer and the gold go to math-verify
+(``verify(parse(boxed gold), parse(boxed answer))``, its documented use with boxed strings), and the
+pair counts as equal if math-verify says so. The rule, in full:
+
+    correct = mathrl_equal(gold, answer)
+              or (second_opinion_applies(gold, answer) and math_verify_equal(gold, answer))
+
+``second_opinion_applies`` is false when mathrl's verdict is authoritative:
+
+* both sides are plain exact numbers (integers, decimals, fractions, mixed numbers): mathrl compares
+  them as exact rationals, where math-verify rounds (it would accept 0.333333 for 1/3);
+* the answer is hedged (several different final answers: credit only when all are right) or
+  missing (no committed answer: math-verify's own extraction would pick a number from the text);
+* either string is longer than :data:`MAX_CHARS` (no gold is; hostile output is).
+
+math-verify's own ``signal.alarm`` timeouts are off (``parsing_timeout=None``,
+``timeout_seconds=None``): this runs inside a grading worker, whose hard kill is the limit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+
+from mathrl.reward.normalize import clean
+from mathrl.reward.numbers import exact_number
+
+__all__ = ["MAX_CHARS", "second_opinion_applies", "math_verify_equal"]
+
+MAX_CHARS = 1000
+
+
+def enabled() -> bool:
+    """``MATHRL_VERIFIER_SECOND_OPINION=0`` turns the second opinion off (mathrl's own rules only)."""
+    return os.environ.get("MATHRL_VERIFIER_SECOND_OPINION", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def second_opinion_applies(gold: str, answer: str | None, hedged: bool = False) -> bool:
+    if not enabled() or answer is None or hedged or len(gold) > MAX_CHARS or len(answer) > MAX_CHARS:
+        return False
+    g, r = clean(gold)[0], clean(answer)[0]
+    if exact_number(g) is not None and exact_number(r) is not None:
+        return False
+    if _constant(g) and _constant(r):  # numbers without variables: mathrl compares them to 60 digits
+        return False
+    # an answer with more numbers than the gold ('4 hours and 30 minutes' for 4) is not the gold
+    # read another way
+    return len(_NUMBERS.findall(r)) <= len(_NUMBERS.findall(g))
+
+
+_NUMBERS = re.compile(r"\d+(?:\.\d+)?")
+
+
+def _constant(s: str) -> bool:
+    """Whether ``s`` is a number written as an expression (``\\frac{1}{2^{99}}``, ``2\\sqrt{2}``,
+    ``10^4``): digits and operators only, once LaTeX commands are removed."""
+    t = re.sub(r"\\[A-Za-z]+", " ", s)
+    return bool(re.search(r"\d", t)) and not re.search(r"[A-Za-z]", t)
+
+
+def _boxed(s: str) -> str:
+    return "\\boxed{" + s + "}"
+
+
+def math_verify_equal(gold: str, answer: str) -> bool:
+    """math-verify's verdict on (gold, answer), both given as final answers (so both are boxed for
+    its parser). False when math-verify is not installed or fails."""
+    try:
+        from math_verify import parse, verify
+    except ImportError:  # pragma: no cover - math-verify is a required dependency
+        return False
+    logging.getLogger("math_verify").setLevel(logging.ERROR)  # its "timeout is disabled" warning
+    try:
+        g = parse(_boxed(gold), parsing_timeout=None)
+        a = parse(_boxed(answer), parsing_timeout=None)
+        if not g or not a:
+            return False
+        return bool(verify(g, a, timeout_seconds=None))
+    except Exception:
+        return False
