@@ -9,9 +9,10 @@ Sets (reported separately; external sets are labelled by others, not by this pro
                SkyRL, hendrycks/math, TRL, verl, open-r1); pairs whose label a reasonable grader could
                dispute are left out (listed with the reason in the file). The holdout part was not
                looked at while the verifier was changed.
-  model gsm8k / model math500
-               eval/verifier_sets/model_outputs_*.jsonl: SmolLM2-135M-Instruct samples on GSM8K test and
-               MATH-500, labelled by reading (truncated responses carry their flag)
+  model gsm8k / model math500 / model synthetic
+               eval/verifier_sets/model_outputs_*.jsonl: SmolLM2-135M-Instruct samples on GSM8K test,
+               MATH-500 and the demo's synthetic task (before and after training), labelled by reading
+               (truncated responses carry their flag)
   gsm8k+/- math500+/- formats+/-
                the datasets' own solutions, and the golds in other answer formats, plus perturbed
                (wrong) versions (from ../shared/data or --data)
@@ -204,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     vs = Path(args.sets_dir)
     for name, file, split in (("peers dev", "peers.jsonl", "dev"), ("peers holdout", "peers.jsonl", "holdout"),
                               ("model gsm8k", "model_outputs_gsm8k.jsonl", None),
-                              ("model math500", "model_outputs_math500.jsonl", None)):
+                              ("model math500", "model_outputs_math500.jsonl", None),
+                              ("model synthetic", "model_outputs_synthetic.jsonl", None)):
         if (vs / file).is_file():
             sets.append((name, labelled_file(vs / file, split)))
         else:

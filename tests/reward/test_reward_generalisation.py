@@ -173,11 +173,13 @@ def test_accuracy_on_other_graders_suites():
     assert acc >= 0.97 and fp == 0, (acc, fp, fn)
 
 
-def test_false_positives_on_real_model_outputs():
-    """SmolLM2 samples on GSM8K and MATH-500, labelled by reading: almost all wrong, so this set
-    measures false positives. Measured: 2 of 297 (rambling MATH-500 responses whose last sentence
-    happens to end on the gold)."""
-    rows = _labelled("model_outputs_gsm8k.jsonl") + _labelled("model_outputs_math500.jsonl")
+def test_real_model_outputs():
+    """SmolLM2 samples labelled by reading: on GSM8K and MATH-500 almost all are wrong (false
+    positives), on the demo's synthetic task 71 of 192 are right (false negatives). Measured: 2 false
+    positives in 489 (rambling MATH-500 responses whose last sentence happens to end on the gold), no
+    false negative."""
+    rows = (_labelled("model_outputs_gsm8k.jsonl") + _labelled("model_outputs_math500.jsonl")
+            + _labelled("model_outputs_synthetic.jsonl"))
     acc, fp, fn = _score(rows)
     assert fp <= 0.01 * len(rows) and fn == 0, (acc, fp, fn)
 

@@ -25,10 +25,11 @@ def test_peers_set_passes_its_checker():
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-@pytest.mark.parametrize("name", ["model_outputs_gsm8k.jsonl", "model_outputs_math500.jsonl"])
-def test_model_output_sets_are_well_formed(name):
+@pytest.mark.parametrize("name,n", [("model_outputs_gsm8k.jsonl", 150), ("model_outputs_math500.jsonl", 150),
+                                    ("model_outputs_synthetic.jsonl", 192)])
+def test_model_output_sets_are_well_formed(name, n):
     rows = [json.loads(line) for line in (SETS / name).read_text(encoding="utf-8").splitlines() if line.strip()]
-    assert len(rows) == 150 and len({r["id"] for r in rows}) == len(rows)
+    assert len(rows) == n and len({r["id"] for r in rows}) == len(rows)
     for r in rows:
         assert isinstance(r["label"], bool) and isinstance(r["debatable"], bool), r["id"]
         assert r["split"] == _split(r["id"]), r["id"]
