@@ -336,6 +336,18 @@ def _vector(m: Matrix) -> tuple | None:
     return None
 
 
+_SUBSCRIPT = re.compile(r"_(?:\{[^{}]*\}|[A-Za-z0-9])")
+
+
+def _names_only(lhs: str) -> bool:
+    """Whether the left side of a gold ``lhs = value`` only names what the value is: variables,
+    point names and subscripts joined by commas, colons, fractions or bars (``(p,q)``, ``V_1:V_2``,
+    ``|AB|``, ``\\frac{NO}{BO}``), no digits or arithmetic (``x + y = 5`` is an equation, not a name)."""
+    t = _SUBSCRIPT.sub("", lhs)
+    t = re.sub(r"\\(?:frac|dfrac|tfrac|left|right|overline|angle|triangle)(?![A-Za-z])", "", t)
+    return bool(re.fullmatch(r"[\s(){}|,:A-Za-z]+", t)) and bool(re.search(r"[A-Za-z]", t))
+
+
 def _relation_value(n: Relation):
     """For 'x = 3' (simple variable on the left) return the right side as a Scalar."""
     if n.op == "=" and is_var(n.lhs):
@@ -366,7 +378,7 @@ def nodes_equal(g, r, fast: bool = False) -> bool:
             return nodes_equal(g, parse_node(r.rhs, False, False, 1), fast)
         return False
     if isinstance(g, Relation) and not isinstance(r, Relation):
-        if _relation_value(g) is not None:
+        if _relation_value(g) is not None or (g.op == "=" and not g.extra and _names_only(g.lhs)):
             from mathrl.reward.normalize import parse_node
 
             return nodes_equal(parse_node(g.rhs, False, False, 1), r, fast)
@@ -388,6 +400,9 @@ def nodes_equal(g, r, fast: bool = False) -> bool:
                 isinstance(r, Group) and r.kind == "set"):
             return False
         return _ordered(v, r.items, fast)
+    if isinstance(r, Matrix) and isinstance(g, Seq) and (g.open + g.close) in ("()", "[]"):
+        v = _vector(r)  # gold tuple, response written as a column/row vector (or computed as one)
+        return v is not None and _ordered(g.items, v, fast)
     coll = (Group, Union)
     if isinstance(g, coll) and isinstance(r, coll):
         gi = g.items if isinstance(g, Group) else g.parts
@@ -432,11 +447,43 @@ def _relations_equal(g: Relation, r: Relation, fast: bool) -> bool:
         return False
     if gd == 0 or rd == 0:
         return False
-    if g.op == "=":
+    q = _constant_ratio(gd, rd)
+    if q is None:
         q = sympy.simplify(gd / rd)
-        return bool(q.is_number and q != 0)
-    q = sympy.simplify(gd / rd)  # inequalities: positive factor only keeps the direction
-    return bool(q.is_number and q.is_positive)
+    if not q.is_number:
+        return False
+    if g.op == "=":
+        return bool(q != 0)
+    return bool(q.is_positive)  # inequalities: only a positive factor keeps the direction
+
+
+def _constant_ratio(a, b):
+    """``a / b`` when it is the same number at 5 random rational points (two equations are the same
+    when lhs - rhs are proportional); False when it visibly varies; None when the points do not
+    decide (a pole, a non-number), so the caller simplifies symbolically."""
+    import sympy
+
+    syms = sorted(a.free_symbols | b.free_symbols, key=lambda s: s.name)
+    rng = random.Random(4321)
+    first = None
+    for _ in range(5):
+        vals = {s: sympy.Rational(rng.randint(37, 290), 100) * rng.choice((1, -1)) for s in syms}
+        try:
+            qa, qb = a.xreplace(vals), b.xreplace(vals)
+            if qb == 0 or not (qa.is_number and qb.is_number):
+                return None
+            q = qa / qb
+        except Exception:
+            return None
+        if first is None:
+            first = q
+            continue
+        same = _num_close(q, first)
+        if same is None:
+            return None
+        if not same:
+            return sympy.Symbol("varies")  # not a number, so the caller says unequal
+    return first
 
 
 # ----------------------------------------------------------------------------- entry points

@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass, field
 
 from mathrl.latex import find_boxes, last_box, matching_brace
+from mathrl.reward.matrices import matrix_expression
 from mathrl.reward.numbers import NAMED_SETS, scale_words, strip_units
 
 __all__ = [
@@ -341,8 +342,9 @@ def clean(s: str) -> tuple[str, bool, bool]:
     and final periods. Percent and degree signs are removed and reported as flags.
     """
     s = s.strip()
-    # a doubled backslash before a command ('\\\\left(\\\\frac{4}{5}...', escaped twice) is the command
-    s = re.sub(r"\\\\(?=(?:left|right|frac|dfrac|tfrac|sqrt|pi|cdot|times|infty|boxed|text|begin|end)(?![a-zA-Z]))",
+    # a doubled backslash before a command ('\\\\left(\\\\frac{4}{5}...', escaped twice) is the command;
+    # three in a row are a row break followed by the command ('1\\\sqrt2' in a matrix)
+    s = re.sub(r"(?<!\\)\\\\(?=(?:left|right|frac|dfrac|tfrac|sqrt|pi|cdot|times|infty|boxed|text|begin|end)(?![a-zA-Z]))",
                r"\\", s)
     boxes = [b[2] for b in find_boxes(s)]
     if len(boxes) > 1:  # a gold written as several boxes ('\\boxed{1} and \\boxed{-2}'): one list
@@ -526,6 +528,10 @@ def parse_node(s: str, percent: bool, degree: bool, depth: int):
     wrapped = re.fullmatch(r"[\[(]\s*(\\begin\{array\}.*\\end\{array\})\s*[\])]", s, re.DOTALL)
     if wrapped:  # \left[\begin{array}{cc}..\end{array}\right]: a matrix in explicit brackets
         s = wrapped.group(1)
+    if "\\begin{" in s:  # matrix arithmetic written out: A + B, 2A, A B
+        entries = matrix_expression(s, split_top)
+        if entries is not None:
+            return Matrix(tuple(tuple(rec(c) for c in row) for row in entries))
     m = _MATRIX_RE.match(s)
     if m:
         body = m.group(2).strip()

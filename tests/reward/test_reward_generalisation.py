@@ -19,6 +19,12 @@ from mathrl.reward.second_opinion import math_verify_equal, second_opinion_appli
 ROOT = Path(__file__).resolve().parents[2]
 SETS = ROOT / "eval" / "verifier_sets"
 
+
+def _P(*rows) -> str:
+    """A pmatrix with these rows."""
+    return "\\begin{pmatrix}" + "\\\\".join("&".join(map(str, r)) for r in rows) + "\\end{pmatrix}"
+
+
 # (gold, whole response, expected)
 CATEGORIES = {
     "bare answers": [
@@ -55,6 +61,11 @@ CATEGORIES = {
         ("11", "x\\approx11", True),
         ("x<1", "-x>-1", True),
         ("(-\\infty, 0)", "x<0", True),
+        ("(p,q)=(3,2)", "(3,2)", True),  # a gold that names its value: the value counts
+        ("V_{1}:V_{2}=11:21", "11:21", True),
+        ("|AB|=1", "1", True),
+        ("2x+z=1", "1", False),  # an equation is not a name for its right side
+        ("a^2+b=0", "0", False),
     ],
     "sets, lists and matrices": [
         ("\\pm 2021", "\\{-2021, 2021\\}", True),
@@ -69,6 +80,18 @@ CATEGORIES = {
         ("\\emptyset", "\\varnothing", True),
         ("\\emptyset", "\\{\\}", True),
         ("\\{1\\}", "\\{\\}", False),
+        # matrix arithmetic written out is evaluated (sums, scalar multiples, products in order)
+        (_P([4], [6]), "$\\boxed{" + _P([1], [2]) + "+" + _P([3], [4]) + "}$", True),
+        (_P([4], [6]), "$\\boxed{" + _P([1], [2]) + "+" + _P([3], [5]) + "}$", False),
+        (_P([2, 4], [6, 8]), "$\\boxed{2" + _P([1, 2], [3, 4]) + "}$", True),
+        (_P([2, 1], [4, 3]), "$\\boxed{" + _P([1, 2], [3, 4]) + _P([0, 1], [1, 0]) + "}$", True),
+        (_P([2, 1], [4, 3]), "$\\boxed{" + _P([0, 1], [1, 0]) + _P([1, 2], [3, 4]) + "}$", False),
+        (_P([0], [0]), "$\\boxed{" + _P([1], [2]) + "-" + _P([1], [2]) + "}$", True),
+        (_P(["\\sqrt2"], [2]), "$\\boxed{\\sqrt{2}" + _P([1], ["\\sqrt2"]) + "}$", True),
+        ("(4,6)", "$\\boxed{" + _P([1], [2]) + "+" + _P([3], [4]) + "}$", True),
+        (_P([1], [2]) + "+" + _P([3], [4]), "$\\boxed{" + _P([4], [6]) + "}$", True),
+        (_P([3], [5]), "$\\boxed{" + _P([1], [2]) + "+" + _P([1, 2]) + "}$", False),  # shapes differ
+        (_P([3], [5]), "$\\boxed{" + _P([1], [2]) + "+x}$", False),
     ],
     "latex shorthand": [
         ("\\sqrt[3]{2}", "\\sqrt[3]2", True),
@@ -140,9 +163,9 @@ def test_second_opinion_rule(monkeypatch):
     assert not second_opinion_applies("\\frac{1}{2^{99}}", "\\frac{1}{2^{98}}")
     assert not second_opinion_applies("4", "4 \\text{ hours and } 30 \\text{ minutes}")
     assert not second_opinion_applies("4", None)
-    # a structural case mathrl's own rules miss and math-verify gets (public: MARIO_EVAL)
-    gold, resp = "$(p,q)=(3,2)$", "$(3,2)$"
-    assert second_opinion_applies(gold, "(3,2)") and math_verify_equal(gold, "(3,2)")
+    # a structural case mathrl's own rules miss and math-verify gets (public: Math-Verify)
+    gold, resp = "$p=5,q=2;p=7,q=2$", "$(5,2),(7,2)$"
+    assert second_opinion_applies(gold, "(5,2),(7,2)") and math_verify_equal(gold, "(5,2),(7,2)")
     assert grade_local(resp, gold).correct
     monkeypatch.setenv("MATHRL_VERIFIER_SECOND_OPINION", "0")  # negative control: own rules only
     assert not grade_local(resp, gold).correct
