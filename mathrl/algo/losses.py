@@ -47,6 +47,9 @@ __all__ = [
     "Normalizers",
     "agg_loss",
     "global_normalizers",
+    "POLICY_LOSSES",
+    "cispo_loss",
+    "gspo_loss",
     "policy_loss",
     "value_loss",
 ]
@@ -197,6 +200,68 @@ def global_normalizers(
 # --------------------------------------------------------------------------- losses
 
 
+def _check_policy_args(logp: Tensor, old_logp: Tensor, advantages: Tensor, clip_low: float, clip_high: float,
+                       dual_clip: float | None, weights: Tensor | None) -> None:
+    if not (logp.shape == old_logp.shape == advantages.shape):
+        raise ValueError(
+            "logp, old_logp and advantages must have the same [N, T] shape, got "
+            f"{tuple(logp.shape)}, {tuple(old_logp.shape)}, {tuple(advantages.shape)}"
+        )
+    if weights is not None and weights.shape != logp.shape:
+        raise ValueError(f"weights must have the [N, T] shape {tuple(logp.shape)}, got {tuple(weights.shape)}")
+    if not 0.0 <= clip_low < 1.0:
+        raise ValueError(f"clip_low must be in [0, 1), got {clip_low}")
+    if not clip_high >= 0.0:
+        raise ValueError(f"clip_high must be >= 0, got {clip_high}")
+    if dual_clip is not None and not dual_clip > 1.0:
+        raise ValueError(f"dual_clip must be > 1 (e.g. 3.0) or None, got {dual_clip}")
+
+
+def _ratio_stats(r: Tensor, log_ratio: Tensor, m: Tensor, low: Tensor, high: Tensor, dual: Tensor
+                 ) -> dict[str, Tensor]:
+    """The statistics every policy loss reports (detached; over this call's valid tokens)."""
+    with torch.no_grad():
+        n = m.sum().clamp(min=1)
+        any_valid = m.any()
+        inf = torch.tensor(float("inf"), dtype=r.dtype, device=r.device)
+        one = torch.ones((), dtype=r.dtype, device=r.device)
+        return {
+            "clipfrac_low": low.sum() / n,
+            "clipfrac_high": high.sum() / n,
+            "clipfrac": (low | high).sum() / n,
+            "dual_clipfrac": dual.sum() / n,
+            "approx_kl": _masked_zero(r - 1.0 - log_ratio, m).sum() / n,
+            "ratio_min": torch.where(any_valid, torch.where(m, r, inf).min(), one),
+            "ratio_max": torch.where(any_valid, torch.where(m, r, -inf).max(), one),
+            "ratio_mean": _masked_zero(r, m).sum() / n,
+        }
+
+
+def _clipped_surrogate(ratio: Tensor, adv: Tensor, m: Tensor, clip_low: float, clip_high: float,
+                       dual_clip: float | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """PPO's per-token clipped loss for a ratio tensor (with gradient) and the masks of where the clip
+    (low, high) and the dual clip are active."""
+    loss_unclipped = -adv * ratio
+    loss_clipped = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    loss_mat = torch.maximum(loss_unclipped, loss_clipped)
+    r = ratio.detach()
+    high = m & (adv > 0) & (r > 1.0 + clip_high)
+    low = m & (adv < 0) & (r < 1.0 - clip_low)
+    dual = torch.zeros_like(m)
+    if dual_clip is not None:
+        loss_mat = torch.where(adv < 0, torch.minimum(loss_mat, -adv * dual_clip), loss_mat)
+        dual = m & (adv < 0) & (r > dual_clip)
+    return loss_mat, low, high, dual
+
+
+def _weighted(loss_mat: Tensor, weights: Tensor | None, m: Tensor) -> Tensor:
+    """Per-token importance weights (truncated importance sampling, :mod:`mathrl.algo.correction`) are
+    constants that scale each token's loss."""
+    if weights is None:
+        return loss_mat
+    return loss_mat * _masked_zero(weights.detach(), m)
+
+
 def policy_loss(
     logp: Tensor,
     old_logp: Tensor,
@@ -210,6 +275,7 @@ def policy_loss(
     norm_tokens: float | Tensor | None = None,
     norm_const: float | None = None,
     norm_seqs: float | Tensor | None = None,
+    weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO clipped surrogate (Schulman et al. 2017, eq. 7) with asymmetric and dual clip.
 
@@ -217,6 +283,7 @@ def policy_loss(
 
         l     = max(-A * rho, -A * clip(rho, 1 - clip_low, 1 + clip_high))
         l     = min(l, -A * c)      if dual_clip = c (c > 1) and A < 0
+        l     = w * l               with importance weights w (``weights``, constants; e.g. TIS)
 
     ``clip_high > clip_low`` is DAPO's clip-higher (Yu et al. 2025); the dual-clip
     lower bound for negative advantages is from Ye et al. 2020 ("Mastering Complex
@@ -232,54 +299,108 @@ def policy_loss(
     ``approx_kl`` (k3 estimate of KL(pi_old || pi) = mean(rho - 1 - log rho)),
     ``ratio_min``, ``ratio_max``, ``ratio_mean``.
     """
-    if not (logp.shape == old_logp.shape == advantages.shape):
-        raise ValueError(
-            "logp, old_logp and advantages must have the same [N, T] shape, got "
-            f"{tuple(logp.shape)}, {tuple(old_logp.shape)}, {tuple(advantages.shape)}"
-        )
-    if not 0.0 <= clip_low < 1.0:
-        raise ValueError(f"clip_low must be in [0, 1), got {clip_low}")
-    if not clip_high >= 0.0:
-        raise ValueError(f"clip_high must be >= 0, got {clip_high}")
-    if dual_clip is not None and not dual_clip > 1.0:
-        raise ValueError(f"dual_clip must be > 1 (e.g. 3.0) or None, got {dual_clip}")
+    _check_policy_args(logp, old_logp, advantages, clip_low, clip_high, dual_clip, weights)
     m = _bool_mask(mask, logp, "logp")
-    old = old_logp.detach()
     adv = _masked_zero(advantages.detach(), m)
-    log_ratio = _masked_zero(logp - old, m).clamp(-20.0, 20.0)
+    log_ratio = _masked_zero(logp - old_logp.detach(), m).clamp(-20.0, 20.0)
     ratio = torch.exp(log_ratio)
-    loss_unclipped = -adv * ratio
-    loss_clipped = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
-    loss_mat = torch.maximum(loss_unclipped, loss_clipped)
-    with torch.no_grad():
-        r = ratio.detach()
-        n = m.sum().clamp(min=1)
-        high = m & (adv > 0) & (r > 1.0 + clip_high)
-        low = m & (adv < 0) & (r < 1.0 - clip_low)
-        dual = torch.zeros_like(m)
+    loss_mat, low, high, dual = _clipped_surrogate(ratio, adv, m, clip_low, clip_high, dual_clip)
+    loss = agg_loss(_weighted(loss_mat, weights, m), m, agg, norm_tokens=norm_tokens, norm_seqs=norm_seqs,
+                    norm_const=norm_const)
+    return loss, _ratio_stats(ratio.detach(), log_ratio.detach(), m, low, high, dual)
+
+
+def gspo_loss(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_low: float = 3e-4,
+    clip_high: float = 4e-4,
+    dual_clip: float | None = None,
+    agg: str = "seq-mean-token-mean",
+    norm_tokens: float | Tensor | None = None,
+    norm_const: float | None = None,
+    norm_seqs: float | Tensor | None = None,
+    weights: Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """GSPO (Zheng et al. 2025, "Group Sequence Policy Optimization"): one importance ratio per
+    response, the geometric mean of its token ratios, clipped per response::
+
+        s_i = exp( (1/|y_i|) sum_t (logp_it - old_logp_it) )
+        J   = mean_i min(s_i A_i, clip(s_i, 1 - clip_low, 1 + clip_high) A_i)
+
+    Written per token in the paper's GSPO-token form, ``s_it = sg[s_i] * pi(y_it) / sg[pi(y_it)]``: its
+    value is ``s_i`` at every token of response ``i`` and its gradient ``s_i * grad log pi(y_it)``, so
+    with ``agg = "seq-mean-token-mean"`` (the default here) the gradient is exactly GSPO's
+    ``mean_i s_i A_i (1/|y_i|) sum_t grad log pi(y_it)``, and a clipped response contributes nothing.
+    Per-token advantages are allowed (the GSPO-token variant); GRPO's are constant in a response.
+    The paper's clip ranges are small (3e-4, 4e-4: sequence ratios stay near 1), hence the defaults.
+    Dual clip and ``weights`` behave as in :func:`policy_loss`; ``stats`` as there, with the sequence
+    ratio repeated on every token (so ``clipfrac`` is the token-weighted fraction of clipped responses).
+    """
+    _check_policy_args(logp, old_logp, advantages, clip_low, clip_high, dual_clip, weights)
+    m = _bool_mask(mask, logp, "logp")
+    adv = _masked_zero(advantages.detach(), m)
+    tok_log_ratio = _masked_zero(logp - old_logp.detach(), m)
+    seq_log_ratio = (tok_log_ratio.sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp(min=1)).clamp(-20.0, 20.0)
+    # value s_i, gradient s_i * grad logp_t
+    log_ratio = _masked_zero(seq_log_ratio.detach() + logp - logp.detach(), m)
+    ratio = torch.exp(log_ratio)
+    loss_mat, low, high, dual = _clipped_surrogate(ratio, adv, m, clip_low, clip_high, dual_clip)
+    loss = agg_loss(_weighted(loss_mat, weights, m), m, agg, norm_tokens=norm_tokens, norm_seqs=norm_seqs,
+                    norm_const=norm_const)
+    return loss, _ratio_stats(ratio.detach(), log_ratio.detach(), m, low, high, dual)
+
+
+def cispo_loss(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    dual_clip: float | None = None,
+    agg: str = "token-mean",
+    norm_tokens: float | Tensor | None = None,
+    norm_const: float | None = None,
+    norm_seqs: float | Tensor | None = None,
+    weights: Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """CISPO (MiniMax-M1, 2025): clip the importance weight, not the update. Per valid token::
+
+        l = -sg[clip(rho, 1 - clip_low, 1 + clip_high)] * A * logp
+
+    The gradient ``-clip(rho) * A * grad logp`` equals PPO's unclipped one inside the range, and outside
+    it every token still contributes with a bounded weight (PPO drops those tokens' gradient). MiniMax
+    leaves the lower side open: a ``clip_low`` close to 1 does the same. ``dual_clip`` must be None
+    (the weight is already bounded); ``weights`` and ``stats`` as in :func:`policy_loss`
+    (``clipfrac_*``: where the weight was cut).
+    """
+    _check_policy_args(logp, old_logp, advantages, clip_low, clip_high, dual_clip, weights)
     if dual_clip is not None:
-        loss_mat = torch.where(adv < 0, torch.minimum(loss_mat, -adv * dual_clip), loss_mat)
-        with torch.no_grad():
-            dual = m & (adv < 0) & (r > dual_clip)
-    loss = agg_loss(
-        loss_mat, m, agg, norm_tokens=norm_tokens, norm_seqs=norm_seqs, norm_const=norm_const
-    )
-    with torch.no_grad():
-        lr = log_ratio.detach()
-        any_valid = m.any()
-        inf = torch.tensor(float("inf"), dtype=r.dtype, device=r.device)
-        one = torch.ones((), dtype=r.dtype, device=r.device)
-        stats = {
-            "clipfrac_low": low.sum() / n,
-            "clipfrac_high": high.sum() / n,
-            "clipfrac": (low | high).sum() / n,
-            "dual_clipfrac": dual.sum() / n,
-            "approx_kl": _masked_zero(r - 1.0 - lr, m).sum() / n,
-            "ratio_min": torch.where(any_valid, torch.where(m, r, inf).min(), one),
-            "ratio_max": torch.where(any_valid, torch.where(m, r, -inf).max(), one),
-            "ratio_mean": _masked_zero(r, m).sum() / n,
-        }
-    return loss, stats
+        raise ValueError("cispo_loss bounds its importance weight by clip_low/clip_high; dual_clip must be None")
+    m = _bool_mask(mask, logp, "logp")
+    adv = _masked_zero(advantages.detach(), m)
+    log_ratio = _masked_zero(logp.detach() - old_logp.detach(), m).clamp(-20.0, 20.0)
+    r = torch.exp(log_ratio)
+    w = r.clamp(1.0 - clip_low, 1.0 + clip_high)
+    loss_mat = -w * adv * _masked_zero(logp, m)
+    high = m & (r > 1.0 + clip_high)
+    low = m & (r < 1.0 - clip_low)
+    loss = agg_loss(_weighted(loss_mat, weights, m), m, agg, norm_tokens=norm_tokens, norm_seqs=norm_seqs,
+                    norm_const=norm_const)
+    return loss, _ratio_stats(r, log_ratio, m, low, high, torch.zeros_like(m))
+
+
+POLICY_LOSSES: dict[str, Callable[..., tuple[Tensor, dict[str, Tensor]]]] = {
+    "ppo": policy_loss,
+    "gspo": gspo_loss,
+    "cispo": cispo_loss,
+}
+"""``algo.policy_loss`` name -> loss function (all share :func:`policy_loss`'s signature)."""
 
 
 def value_loss(

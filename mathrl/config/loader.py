@@ -333,6 +333,15 @@ def validate(cfg: Config) -> None:
                           f"learned, so it needs rollout.n >= {spec.min_group}; fix: set "
                           f"rollout.n={max(8, spec.min_group)} (or more), or use an estimator with a baseline "
                           f"across prompts: {alt}algo.name=ppo (critic)")
+    if cfg.algo.dynamic_sampling and spec.min_group < 2:
+        group_est = [s.name for s in ESTIMATORS.values() if s.min_group >= 2]
+        raise ConfigError(f"algo.dynamic_sampling = true with algo.advantage resolving to {spec.name!r}: dynamic "
+                          "sampling drops groups whose rewards are all equal, which only carry no signal for a "
+                          f"group-relative estimator; use one of {', '.join(group_est)}, or set "
+                          "algo.dynamic_sampling=false")
+    if cfg.algo.policy_loss == "cispo" and cfg.algo.dual_clip is not None:
+        raise ConfigError(f"algo.dual_clip = {cfg.algo.dual_clip} with algo.policy_loss = cispo: CISPO already "
+                          "bounds its weight by clip_low/clip_high; set algo.dual_clip=null")
     _check_field("reward.terms", cfg.reward.terms, _field_meta("reward", "terms"), "")
     shorthands = [k for k, v, default in (("reward.function", cfg.reward.function, "correctness"),
                                           ("reward.overlong_penalty", cfg.reward.overlong_penalty, 0.0))

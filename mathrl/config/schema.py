@@ -38,6 +38,12 @@ def _advantage_choices() -> tuple[str, ...]:
     return ("auto", *ESTIMATORS)
 
 
+def _policy_loss_choices() -> tuple[str, ...]:
+    from mathrl.algo.losses import POLICY_LOSSES
+
+    return tuple(POLICY_LOSSES)
+
+
 def _check_reward_terms(terms: Any) -> None:
     if terms is not None:
         from mathrl.reward.rewards import check_reward_terms
@@ -227,6 +233,34 @@ class AlgoConfig:
                                "old one before the clipped error takes over. 0 = no value clipping (plain "
                                "0.5 * (V - R)^2).", ge=0.0)
     vf_coef: float = option(0.5, "Value loss weight (PPO).", ge=0.0)
+    policy_loss: str = option(
+        "ppo", "Policy loss (mathrl/algo/losses.py, POLICY_LOSSES): ppo = token-level clipped ratio; gspo = one "
+        "ratio per response, the geometric mean of its token ratios, clipped per response (Zheng et al. 2025; "
+        "use loss_agg=seq-mean-token-mean and the paper's clip_low=3e-4, clip_high=4e-4); cispo = the clipped "
+        "ratio as a constant weight on every token's logprob gradient, so clipped tokens still learn "
+        "(MiniMax-M1 2025).", choices=_policy_loss_choices)
+    tis_cap: Optional[float] = option(
+        None, "Truncated importance sampling against the rollout-trainer mismatch: each token's loss is "
+        "weighted by min(pi_old / pi_sampler, tis_cap), with pi_sampler the rollout engine's logprobs (Yao et "
+        "al. 2025; verl tis_imp_ratio_cap, TRL vllm_importance_sampling_correction; 2.0 is the usual cap). "
+        "None = off. The mismatch statistics (mismatch/*) are logged either way.", gt=0.0)
+    tis_level: Literal["token", "sequence"] = option(
+        "token", "TIS weight per token, or one per response (the product of its token ratios, capped).")
+    mask_truncated: bool = option(
+        False, "Leave responses cut at rollout.max_tokens out of the policy loss (TRL's "
+        "mask_truncated_completions, DAPO's overlong filtering): they still count in their group's baseline "
+        "but add no gradient and no tokens to the normaliser.")
+    dynamic_sampling: bool = option(
+        False, "DAPO dynamic sampling: drop groups whose G rewards are all equal (no group-relative signal) and "
+        "sample more prompts until the step has train.batch_size informative groups or "
+        "algo.sampling_rounds rounds were sampled; a shortfall is then filled with uninformative groups. Logs "
+        "sampling/* (rounds, prompts consumed, fraction filtered). Needs a group estimator and rollout.n >= 2.")
+    sampling_rounds: int = option(
+        4, "Most sampling rounds of train.batch_size prompts per step with algo.dynamic_sampling (DAPO's "
+        "max_num_gen_batches); each extra round costs a full generation.", ge=1)
+    pass_rate_filter: int = option(
+        0, "Skip prompts that every sample solved, or none did, each of the last K times they were sampled "
+        "(K = this value; 0 = off). The history is kept in the checkpoint.", ge=0)
 
 
 @dataclass

@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from pathlib import Path
 from typing import Any
 
@@ -94,14 +96,19 @@ def heldout_problems(cfg) -> tuple[str, list]:
 def step_indices(num_problems: int, step: int, batch: int, seed: int, shuffle: bool = True) -> list[int]:
     """Problem indices of ``step``: consecutive slices of per-epoch seeded permutations
     (``shuffle=False``: of the file order, pass after pass)."""
-    out = []
-    start = step * batch
-    for pos in range(start, start + batch):
-        epoch, i = divmod(pos, num_problems)
-        if not shuffle:
-            out.append(i)
-            continue
-        g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-        perm = torch.randperm(num_problems, generator=g)
-        out.append(int(perm[i]))
-    return out
+    return [stream_index(num_problems, pos, seed, shuffle) for pos in range(step * batch, (step + 1) * batch)]
+
+
+def stream_index(num_problems: int, pos: int, seed: int, shuffle: bool = True) -> int:
+    """The problem index at position ``pos`` of the training stream: pass ``pos // num_problems`` over the
+    data, in a seeded permutation per pass (``shuffle=False``: file order)."""
+    epoch, i = divmod(pos, num_problems)
+    if not shuffle:
+        return i
+    return int(_epoch_order(num_problems, seed, epoch)[i])
+
+
+@functools.lru_cache(maxsize=4)
+def _epoch_order(num_problems: int, seed: int, epoch: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(num_problems, generator=g)

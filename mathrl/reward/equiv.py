@@ -47,9 +47,6 @@ from __future__ import annotations
 
 import random
 import re
-from fractions import Fraction
-from contextvars import ContextVar
-from functools import lru_cache
 
 from mathrl.reward.normalize import (
     Group,
@@ -59,20 +56,14 @@ from mathrl.reward.normalize import (
     Scalar,
     Seq,
     Union,
-    guard,
     is_var,
     parse_answer,
 )
 from mathrl.reward.numbers import clock_time, exact_number, ratio
+from mathrl.reward.symbolic import REL_TOL, num_close, sympy_equal, to_sympy
 
 __all__ = ["equivalent", "fast_equivalent", "nodes_equal", "scalar_equal"]
 
-REL_TOL_EXP = 40
-DIGITS = 60
-
-# The user's relative tolerance for numbers (``reward.rel_tol``; 0 = exact). Set for the duration of
-# one :func:`equivalent` call, read where numbers are compared.
-_REL_TOL: ContextVar[float] = ContextVar("mathrl_rel_tol", default=0.0)
 
 
 def _within(x, y, tol: float) -> bool:
@@ -122,115 +113,6 @@ def _resp_choice(s: str) -> str | None:
     return (m.group(1) or m.group(2)).upper()
 
 
-# ----------------------------------------------------------------------------- sympy
-
-@lru_cache(maxsize=4096)
-def _to_sympy(text: str):
-    """Parse a cleaned scalar with latex2sympy; decimals become exact fractions."""
-    guard(text)
-    from latex2sympy2_extended.latex2sympy2 import NormalizationConfig, latex2sympy
-    import sympy
-
-    t = text
-    t = re.sub(r"(?<![\\A-Za-z])pi\b", r"\\pi ", t)
-    t = re.sub(r"(?<![\\A-Za-z])(?:infinity|inf)\b", r"\\infty ", t)
-    t = t.replace("**", "^")
-
-    def dec(m: re.Match) -> str:
-        whole, frac = m.group(1), m.group(2)
-        return "{\\frac{%s}{%s}}" % (int(whole + frac), 10 ** len(frac))
-
-    t = re.sub(r"(?<![\d.])(\d*)\.(\d+)(?![\d.])", dec, t)
-    cfg = NormalizationConfig(basic_latex=True, units=False, malformed_operators=True, nits=False,
-                              boxed="none", equations=False)
-    expr = latex2sympy(t, normalization_config=cfg)
-    if isinstance(expr, sympy.Basic):
-        subs = {}
-        for sym in expr.free_symbols:
-            if sym.name == "i":
-                subs[sym] = sympy.I
-            elif sym.name == "e":
-                subs[sym] = sympy.E
-        if subs:
-            expr = expr.xreplace(subs)
-        try:
-            expr = expr.doit()
-        except Exception:
-            pass
-    return expr
-
-
-def _num_close(a, b) -> bool | None:
-    """Compare two sympy constants numerically at high precision; None if undecidable."""
-    import sympy
-
-    if a == b:
-        return True
-    if a.has(sympy.oo, -sympy.oo, sympy.zoo, sympy.nan) or b.has(sympy.oo, -sympy.oo, sympy.zoo, sympy.nan):
-        return bool(a == b)
-    va = a.evalf(DIGITS)
-    vb = b.evalf(DIGITS)
-    if not (va.is_number and vb.is_number):
-        return None
-    try:
-        diff = sympy.Abs(va - vb).evalf(DIGITS)
-        scale = sympy.Max(sympy.Abs(va), sympy.Abs(vb)).evalf(DIGITS)
-        if scale == 0:
-            return diff == 0
-        tol = max(sympy.Float(10) ** (-REL_TOL_EXP), sympy.Float(_REL_TOL.get()))
-        return bool(diff <= scale * tol)
-    except (TypeError, ValueError):
-        return None
-
-
-def _sympy_equal(a, b) -> bool:
-    import sympy
-
-    if not isinstance(a, sympy.Expr) or not isinstance(b, sympy.Expr):
-        try:
-            return bool(a == b)
-        except Exception:
-            return False
-    if a == b:
-        return True
-    fa, fb = a.free_symbols, b.free_symbols
-    if not fa and not fb:
-        r = _num_close(a, b)
-        if r is not None:
-            return r
-        try:
-            return sympy.simplify(a - b) == 0
-        except Exception:
-            return False
-    if fa != fb:
-        return False
-    rng = random.Random(1234)
-    syms = sorted(fa, key=lambda s: s.name)
-    for k in range(5):
-        vals = {}
-        for s in syms:
-            v = Fraction(rng.randint(37, 290), 100)
-            vals[s] = sympy.Rational(v.numerator, v.denominator) * (-1 if (k == 4 and rng.random() < 0.5) else 1)
-        try:
-            ea = a.xreplace(vals)
-            eb = b.xreplace(vals)
-            r = _num_close(ea, eb)
-        except Exception:
-            r = None
-        if r is False:
-            return False
-        if r is None:
-            break
-    else:
-        return True
-    try:
-        if sympy.count_ops(a) + sympy.count_ops(b) > 300:
-            return False
-        return sympy.simplify(a - b) == 0
-    except Exception:
-        return False
-
-
 # ----------------------------------------------------------------------------- scalars
 
 def _percent_pairs(a, b, g: Scalar, r: Scalar, hundred) -> list[tuple]:
@@ -272,7 +154,7 @@ def scalar_equal(g: Scalar, r: Scalar, fast: bool = False) -> bool:
             return gd.upper() == rd.upper() and (gbase is None or rbase is None or gbase == rbase)
     gv, rv = exact_number(gs), exact_number(rs)
     if gv is not None and rv is not None:
-        tol = _REL_TOL.get()
+        tol = REL_TOL.get()
         return any(_within(x, y, tol) for x, y in _percent_pairs(gv, rv, g, r, 100))
     gt, rt = _is_text(gs), _is_text(rs)
     if gt or rt:
@@ -288,16 +170,16 @@ def scalar_equal(g: Scalar, r: Scalar, fast: bool = False) -> bool:
     import sympy
 
     try:  # an exact number is its rational (the parser would read '1.41421' as a set of one element)
-        a = sympy.Rational(gv.numerator, gv.denominator) if gv is not None else _to_sympy(gs)
-        b = sympy.Rational(rv.numerator, rv.denominator) if rv is not None else _to_sympy(rs)
+        a = sympy.Rational(gv.numerator, gv.denominator) if gv is not None else to_sympy(gs)
+        b = sympy.Rational(rv.numerator, rv.denominator) if rv is not None else to_sympy(rs)
     except GuardError:
         raise
     except Exception:  # unparseable LaTeX: equal strings were handled above
         return False
 
     if isinstance(a, sympy.Expr) and isinstance(b, sympy.Expr):
-        return any(_sympy_equal(x, y) for x, y in _percent_pairs(a, b, g, r, sympy.Integer(100)))
-    return _sympy_equal(a, b)
+        return any(sympy_equal(x, y) for x, y in _percent_pairs(a, b, g, r, sympy.Integer(100)))
+    return sympy_equal(a, b)
 
 
 # ----------------------------------------------------------------------------- structures
@@ -439,8 +321,8 @@ def _relations_equal(g: Relation, r: Relation, fast: bool) -> bool:
     import sympy
 
     try:
-        gd = _to_sympy(g.lhs) - _to_sympy(g.rhs)
-        rd = _to_sympy(r.lhs) - _to_sympy(r.rhs)
+        gd = to_sympy(g.lhs) - to_sympy(g.rhs)
+        rd = to_sympy(r.lhs) - to_sympy(r.rhs)
     except GuardError:
         raise
     except Exception:
@@ -478,7 +360,7 @@ def _constant_ratio(a, b):
         if first is None:
             first = q
             continue
-        same = _num_close(q, first)
+        same = num_close(q, first)
         if same is None:
             return None
         if not same:
@@ -498,18 +380,18 @@ def equivalent(gold: str, answer: str, rel_tol: float = 0.0) -> bool:
     tens of thousands of items is not worth the worker's time, and no gold is that long)."""
     if len(gold) > MAX_EQUIV_CHARS or len(answer) > MAX_EQUIV_CHARS:
         raise GuardError(f"answer or gold longer than {MAX_EQUIV_CHARS} characters")
-    token = _REL_TOL.set(float(rel_tol))
+    token = REL_TOL.set(float(rel_tol))
     try:
         return nodes_equal(parse_answer(gold), parse_answer(answer), fast=False)
     finally:
-        _REL_TOL.reset(token)
+        REL_TOL.reset(token)
 
 
 def fast_equivalent(gold: str, answer: str, rel_tol: float = 0.0) -> bool | None:
     """The same verdict as :func:`equivalent` when it can be reached without sympy, else None.
 
     Pure Python and bounded (used in the calling process, before the worker pool)."""
-    token = _REL_TOL.set(float(rel_tol))
+    token = REL_TOL.set(float(rel_tol))
     try:
         if len(gold) > 500 or len(answer) > 500:
             return None
@@ -519,4 +401,4 @@ def fast_equivalent(gold: str, answer: str, rel_tol: float = 0.0) -> bool | None
     except Exception:
         return None
     finally:
-        _REL_TOL.reset(token)
+        REL_TOL.reset(token)

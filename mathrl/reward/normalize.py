@@ -255,7 +255,7 @@ def guard(s: str) -> None:
     inside a factorial's bracket (``(7^{7})!``).
     Raises GuardError. (The worker pool's hard timeout and memory limit remain the last line.)
     """
-    s = s.replace("**", "^")  # the sympy parser reads ``**`` as ``^`` (see equiv._to_sympy)
+    s = s.replace("**", "^")  # the sympy parser reads ``**`` as ``^`` (see symbolic.to_sympy)
     if len(s) > MAX_ANSWER_CHARS:
         raise GuardError(f"answer longer than {MAX_ANSWER_CHARS} characters")
     depth = 0

@@ -229,3 +229,40 @@ def collate(
         finish_reason=finish, group_index=torch.arange(b).repeat_interleave(g), response_text=texts,
         prompt_text=list(prompt_text), group_size=g, pad_token_id=pad_token_id, meta=dict(meta or {}),
     )
+
+
+def select_groups(batches: Sequence[RolloutBatch], picks: Sequence[tuple[int, int]]) -> RolloutBatch:
+    """A batch made of whole groups taken from several batches: ``picks`` are (batch, group) pairs in the
+    order wanted. Prompts are re-padded on the left and responses on the right to the widest pick; every
+    batch must have the same group size and pad id. Used by dynamic sampling to keep the informative
+    groups of several sampling rounds."""
+    if not batches or not picks:
+        raise ValueError("select_groups needs at least one batch and one pick")
+    g, pad = batches[0].group_size, batches[0].pad_token_id
+    if any(b.group_size != g or b.pad_token_id != pad for b in batches):
+        raise ValueError("select_groups: batches differ in group size or pad token id")
+    rows = [(batches[k], torch.arange(i * g, (i + 1) * g)) for k, i in picks]
+    lp = max(int(b.prompt_mask[r].sum(1).max()) for b, r in rows)
+    t = max(int(b.response_mask[r].sum(1).max()) if b.response_mask.shape[1] else 0 for b, r in rows)
+
+    def left(x: torch.Tensor, width: int, fill) -> torch.Tensor:
+        x = x[:, max(0, x.shape[1] - width):]
+        return torch.cat([torch.full((x.shape[0], width - x.shape[1]), fill, dtype=x.dtype), x], 1)
+
+    def right(x: torch.Tensor, width: int, fill) -> torch.Tensor:
+        x = x[:, :width]
+        return torch.cat([x, torch.full((x.shape[0], width - x.shape[1]), fill, dtype=x.dtype)], 1)
+
+    out = RolloutBatch(
+        prompt_ids=torch.cat([left(b.prompt_ids[r], lp, pad) for b, r in rows]),
+        prompt_mask=torch.cat([left(b.prompt_mask[r], lp, 0) for b, r in rows]),
+        response_ids=torch.cat([right(b.response_ids[r], t, pad) for b, r in rows]),
+        response_mask=torch.cat([right(b.response_mask[r], t, 0) for b, r in rows]),
+        logprobs=torch.cat([right(b.logprobs[r], t, 0.0) for b, r in rows]),
+        finish_reason=[b.finish_reason[j] for b, r in rows for j in r.tolist()],
+        group_index=torch.arange(len(picks)).repeat_interleave(g),
+        response_text=[b.response_text[j] for b, r in rows for j in r.tolist()],
+        prompt_text=[batches[k].prompt_text[i] for k, i in picks],
+        group_size=g, pad_token_id=pad, meta=dict(batches[0].meta),
+    )
+    return out

@@ -31,10 +31,11 @@ import os
 import re
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mathrl.algo.filtering import PassRateFilter
 from mathrl.config import Config, ConfigError
 from mathrl.train.engines import DistInfo, all_gather_objects, all_ranks_ok, copy_weights, load_engine_checkpoint
 from mathrl.train.errors import CheckpointError, TrainingError  # noqa: F401 (part of this module's API)
@@ -253,6 +254,8 @@ class State:
     bad_steps: int = 0
     ref_step: int = 0           # the policy step the reference model is a copy of (iterative RL)
     save_failures: int = 0      # checkpoint writes that failed (train.on_save_error = warn)
+    prompts_used: int | None = None  # position in the training stream (None: step * batch_size)
+    pass_filter: PassRateFilter = field(default_factory=PassRateFilter)  # algo.pass_rate_filter's history
 
 
 def save_checkpoint(cfg: Config, dist: DistInfo, models: Models, state: State, *, final: bool = False
@@ -308,7 +311,8 @@ def save_checkpoint(cfg: Config, dist: DistInfo, models: Models, state: State, *
             (tmp / "ref").mkdir()
             save_file(ref_sd, str(tmp / "ref" / "model.safetensors"), metadata={"ref_step": str(state.ref_step)})
         (tmp / STATE).write_text(json.dumps({"step": state.step, "bad_steps": state.bad_steps,
-                                                  "ref_step": state.ref_step,
+                                                  "ref_step": state.ref_step, "prompts_used": state.prompts_used,
+                                                  "pass_filter": state.pass_filter.state_dict(),
                                                   "world_size": dist.world_size, "config": cfg.to_dict()}))
 
     if dist.is_main:
@@ -372,6 +376,8 @@ def load_checkpoint(folder: Path, models: Models, state: State) -> None:
     state.step = int(saved["step"])
     state.bad_steps = int(saved.get("bad_steps", 0))
     state.ref_step = int(saved.get("ref_step", 0))
+    state.prompts_used = saved.get("prompts_used")  # None in older checkpoints: step * batch_size
+    state.pass_filter.load_state_dict(saved.get("pass_filter", {}))
     ref_file = folder / "ref" / "model.safetensors"
     if models.ref is not None and state.ref_step > 0:
         if not ref_file.is_file():

@@ -73,6 +73,11 @@ def global_sum(t: torch.Tensor) -> torch.Tensor:
     return all_reduce(t, "sum")
 
 
+def global_min(t: torch.Tensor) -> torch.Tensor:
+    """Minimum of ``t`` over the ranks (a decision every rank must take the same way)."""
+    return -all_reduce(-t, "max")
+
+
 def all_gather_objects(obj: Any) -> list[Any]:
     """``[obj of rank 0, rank 1, ...]`` on every rank (picklable objects; ``[obj]`` in a world of one).
 

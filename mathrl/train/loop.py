@@ -8,13 +8,17 @@ or nowhere), and whether a critic exists. Per step:
 2. the rollout engine samples G responses each;
 3. the verifier grades them (worker processes, hard timeouts) -> scalar rewards
    (steps 1-3: :func:`mathrl.train.sampling.sample_and_grade`, shared with the
-   ablation methods);
+   ablation methods; :func:`~mathrl.train.sampling.sample_step` adds DAPO's
+   dynamic sampling -- more rounds until B groups have rewards that differ --
+   and the pass-rate prompt filter);
 4. no-grad forwards: reference logprobs (KL on), old logprobs (only when they
    differ from the current ones: several epochs or several mini-batches, or KL
    in the reward), critic values (GAE);
 5. advantages from the estimator registry (:mod:`mathrl.algo.advantages`);
 6. for each PPO epoch and mini-batch: token-budgeted micro-batches, loss with the
-   *global* normalisers of the mini-batch, backward; one optimizer step
+   *global* normalisers of the mini-batch (``algo.policy_loss``: PPO, GSPO or CISPO;
+   ``algo.tis_cap``: truncated importance weights against the sampler-trainer
+   mismatch; ``algo.mask_truncated``: cut responses out), backward; one optimizer step
    (:func:`mathrl.train.update.update_policy` / ``update_critic`` on a
    :class:`~mathrl.train.update.TrainBatch`);
 7. push the new weights to the rollout engine; log; checkpoint
@@ -42,6 +46,7 @@ import torch
 
 from mathrl.algo import advantages as adv_mod
 from mathrl.algo import kl as kl_mod
+from mathrl.algo.filtering import PassRateFilter
 from mathrl.algo.losses import global_normalizers
 from mathrl.config import Config
 from mathrl.train import checkpoint as ckpt
@@ -52,7 +57,7 @@ from mathrl.train.forward import agreed_plan, batch_logprobs, batch_values, plan
 from mathrl.train.metrics import process_stats
 from mathrl.train.models import Models, build_models, iterative_reference, make_rollout, reset_reference, sync_weights
 from mathrl.train.report import evaluate, main_only, write_report
-from mathrl.train.sampling import sample_and_grade, sample_records, sampling_seed
+from mathrl.train.sampling import sample_records, sample_step, sampling_seed
 from mathrl.train.update import (TrainBatch, group_share, sampling_temperature, step_metrics, update_critic,
                                  update_policy)
 from mathrl.train.setup import prepare_run, resume_and_log
@@ -91,8 +96,9 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
     G = r.n
     per_rank = t.batch_size // dist.world_size
 
-    # 1-3. this rank's problems, G sampled responses each, graded and scored
-    s = sample_and_grade(cfg, dist, models.tokenizer, rollout, problems, state.step)
+    # 1-3. this rank's problems, G sampled responses each, graded and scored (with algo.dynamic_sampling:
+    #      more rounds until every rank has its share of groups whose rewards differ)
+    s = sample_step(cfg, dist, models.tokenizer, rollout, problems, state)
     times = dict(s.times)
     batch = s.batch
     mask = batch.response_mask.bool()
@@ -128,9 +134,12 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
     advantages, returns = compute_advantages(cfg, s.scores, batch.group_index, mask, kl_reward, values)
     if sample_log is not None and cfg.logging.log_samples:
         sample_log(state.step + 1, sample_records(s, advantages, mask, cfg.logging.log_samples))
+    # responses cut at max_tokens keep their place in the group baseline above; with algo.mask_truncated
+    # they leave the policy loss and its token/sequence normalisers
+    loss_mask = mask & ~torch.tensor(s.truncated, dtype=torch.bool)[:, None] if a.mask_truncated else None
     tb = TrainBatch(batch=batch, mask=mask, advantages=advantages, old_logp=old_logp, ref_logp=ref_logp,
                     old_values=values, returns=returns, norm_const=a.norm_const or float(r.max_tokens),
-                    loss_sign=loss_sign)
+                    loss_sign=loss_sign, loss_mask=loss_mask)
 
     # 6. PPO epochs over mini-batches of prompts (a group's G responses stay together); one optimizer
     #    step per mini-batch, each loss divided by the mini-batch's global token/sequence counts
@@ -145,13 +154,17 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
             prompts_mb = prompt_order[m * per_mb:(m + 1) * per_mb]
             rows = (prompts_mb[:, None] * G + torch.arange(G)[None, :]).flatten()
             plan = plan_micro_batches(pmask, mask, t.micro_batch_tokens, rows, group_size=gs)
-            norms = global_normalizers([mask[rows_] for rows_ in plan], reduce=global_sum)
+            counted = mask if loss_mask is None else loss_mask
+            norms = global_normalizers([counted[rows_] for rows_ in plan], reduce=global_sum)
             # every rank runs the same number of backwards (ZeRO-2/3 communicate inside each one)
             plan = agreed_plan(plan, gs)
             where = f"epoch {epoch + 1}, mini-batch {m + 1}"
-            problem = update_policy(cfg, dist, models, tb, plan, norms, stats_acc, step=state.step + 1)
+            problem = update_policy(cfg, dist, models, tb, plan, norms, stats_acc, step=state.step + 1,
+                                    first_pass=epoch == 0)
             bad += [f"{where}: {problem}"] if problem else []
-            if models.critic is not None:
+            if models.critic is not None:  # the value loss counts every response token
+                if loss_mask is not None:
+                    norms = global_normalizers([mask[rows_] for rows_ in plan], reduce=global_sum)
                 problem = update_critic(cfg, dist, models, tb, plan, norms, stats_acc, step=state.step + 1)
                 bad += [f"{where}: {problem}"] if problem else []
     times["train"] = time.perf_counter() - t0
@@ -166,6 +179,7 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
     times["sync"] = time.perf_counter() - t0
 
     metrics = step_metrics(cfg, s, tb, stats_acc)
+    metrics.update(s.stats)
     metrics["lr"] = models.policy.get_lr()[0]
     metrics["bad_step"] = 1.0 if bad else 0.0
     if bad:
@@ -196,7 +210,7 @@ def run(cfg: Config, *, loss_sign: float = 1.0, problems=None) -> int:
                   "saved checkpoints with `mathrl eval`", file=sys.stderr, flush=True)
         eval_problems = []
     models = build_models(cfg, dist, cfg.train.steps)
-    state = State()
+    state = State(pass_filter=PassRateFilter(window=cfg.algo.pass_rate_filter))
     resume_from, logger = resume_and_log(cfg, dist, out, models, state)
     rollout = make_rollout(cfg, models)
     show = cfg.logging.show_samples

@@ -14,10 +14,11 @@ from mathrl.config import Config
 from mathrl.train.engines import DistInfo
 
 
-def sampling_seed(cfg: Config, step: int, rank: int) -> int:
-    """A seed per (run seed, step, rank), hashed so that no two share vLLM's per-sample seed streams
-    (vLLM seeds sample j of a call with seed + j, so nearby seeds would reuse noise)."""
-    digest = hashlib.sha256(f"mathrl/{cfg.train.seed}/{step}/{rank}".encode()).digest()
+def sampling_seed(cfg: Config, step: int, rank: int, round_: int = 0) -> int:
+    """A seed per (run seed, step, rank, sampling round), hashed so that no two share vLLM's per-sample
+    seed streams (vLLM seeds sample j of a call with seed + j, so nearby seeds would reuse noise)."""
+    key = f"mathrl/{cfg.train.seed}/{step}/{rank}" + (f"/round{round_}" if round_ else "")
+    digest = hashlib.sha256(key.encode()).digest()
     return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 
@@ -41,11 +42,100 @@ class Sampled:
     scores: torch.Tensor            # [N] float32, the reward of each response
     correct: list[bool]
     times: dict[str, float] = field(default_factory=dict)
+    indices: list[int] = field(default_factory=list)   # the problems' indices in the training set
+    stats: dict[str, float] = field(default_factory=dict)  # dynamic sampling's sampling/* metrics
 
 
-def sample_and_grade(cfg: Config, dist: DistInfo, tokenizer, rollout, problems: list, step: int) -> Sampled:
+def merge_groups(rounds: list[Sampled], picks: list[tuple[int, int]]) -> Sampled:
+    """One :class:`Sampled` made of whole groups of several rounds (``picks``: (round, group) pairs in
+    batch order); the times of all rounds are summed."""
+    from mathrl.rollout.batch import select_groups
+
+    G = rounds[0].batch.group_size
+    rows = [(k, i * G + j) for k, i in picks for j in range(G)]
+    times: dict[str, float] = {}
+    for s in rounds:
+        for key, v in s.times.items():
+            times[key] = times.get(key, 0.0) + v
+    graded = all(s.grades is not None for s in rounds)
+    return Sampled(problems=[rounds[k].problems[i] for k, i in picks],
+                   batch=select_groups([s.batch for s in rounds], picks),
+                   golds=[rounds[k].golds[r] for k, r in rows], truncated=[rounds[k].truncated[r] for k, r in rows],
+                   grades=[rounds[k].grades[r] for k, r in rows] if graded else None,
+                   scores=torch.stack([rounds[k].scores[r] for k, r in rows]),
+                   correct=[rounds[k].correct[r] for k, r in rows], times=times,
+                   indices=[rounds[k].indices[i] for k, i in picks])
+
+
+def sample_step(cfg: Config, dist: DistInfo, tokenizer, rollout, problems: list, state) -> Sampled:
+    """Steps 1-3 of RL step ``state.step`` with the data stream position and the prompt filter of ``state``.
+
+    Without dynamic sampling and the pass-rate filter this is :func:`sample_and_grade` of the step
+    (positions ``step * B .. step * B + B - 1`` of the stream). Otherwise every round draws B prompts from
+    ``state.prompts_used`` on (skipping filtered ones; every rank draws the same B and keeps its share),
+    samples and grades them; with ``algo.dynamic_sampling`` rounds continue until every rank has its
+    share of informative groups or ``algo.sampling_rounds`` rounds were sampled (the decision is the
+    minimum over ranks, so all ranks sample the same number of rounds). Round 0 samples with the step's
+    own seed, so a step whose first round suffices is the plain step. Records every prompt's pass rate
+    (all ranks') in the filter and advances ``state.prompts_used``."""
+    from mathrl.algo.filtering import draw_prompts, group_pass_rates, informative_groups, select_informative
+    from mathrl.data.splits import stream_index
+    from mathrl.train.engines import global_min, global_sum
+
+    a, t = cfg.algo, cfg.train
+    B, G = t.batch_size, cfg.rollout.n
+    per_rank = B // dist.world_size
+    lo, hi = dist.rank * per_rank, (dist.rank + 1) * per_rank
+    if state.prompts_used is None:  # a checkpoint from before the stream position was saved
+        state.prompts_used = state.step * B
+    if not a.dynamic_sampling and a.pass_rate_filter == 0:
+        s = sample_and_grade(cfg, dist, tokenizer, rollout, problems, state.step)
+        state.prompts_used += B
+        return s
+    n = len(problems)
+    rounds: list[Sampled] = []
+    masks = []
+    consumed = 0
+    for k in range(a.sampling_rounds if a.dynamic_sampling else 1):
+        drawn, pos = draw_prompts(lambda p: stream_index(n, p, t.seed, cfg.data.shuffle), state.prompts_used, B,
+                                  state.pass_filter.skip, limit=n)
+        consumed += pos - state.prompts_used
+        state.prompts_used = pos
+        seed = None if k == 0 else sampling_seed(cfg, state.step, dist.rank, round_=k)
+        s = sample_and_grade(cfg, dist, tokenizer, rollout, problems, state.step, indices=drawn[lo:hi], seed=seed)
+        rounds.append(s)
+        masks.append(informative_groups(s.scores, G))
+        # every rank records every prompt's pass rate: the filter is the same on all ranks
+        rates = torch.zeros(B, dtype=torch.float64)
+        rates[lo:hi] = torch.tensor(group_pass_rates(s.correct, G), dtype=torch.float64)
+        rates = global_sum(rates)
+        for i, r in zip(drawn, rates.tolist()):
+            state.pass_filter.record(i, r)
+        have = int(sum(int(m.sum()) for m in masks))
+        if not a.dynamic_sampling or global_min(torch.tensor(float(have))) >= per_rank:
+            break
+    if not a.dynamic_sampling:
+        s = rounds[0]
+        s.stats = {"sampling/prompts_consumed": float(consumed), "sampling/skipped_prompts": float(consumed - B)}
+        return s
+    sel = select_informative(masks, per_rank, fill=True)
+    out = merge_groups(rounds, sel.groups)
+    sampled_groups = sum(m.numel() for m in masks)
+    totals = global_sum(torch.tensor([sampled_groups, sampled_groups - sum(int(m.sum()) for m in masks),
+                                      sel.filled, sel.surplus], dtype=torch.float64)).tolist()
+    out.stats = {"sampling/rounds": float(len(rounds)), "sampling/prompts_consumed": float(consumed),
+                 "sampling/skipped_prompts": float(consumed - B * len(rounds)),
+                 "sampling/filtered_frac": totals[1] / max(totals[0], 1.0),
+                 "sampling/filled_groups": totals[2], "sampling/surplus_groups": totals[3]}
+    return out
+
+
+def sample_and_grade(cfg: Config, dist: DistInfo, tokenizer, rollout, problems: list, step: int,
+                     indices: list[int] | None = None, seed: int | None = None) -> Sampled:
     """Draw the problems of step ``step`` (0-based; this rank's share), sample ``rollout.n`` responses
     each, grade them with the verifier and turn the grades into rewards (``reward.*`` terms).
+    ``indices`` (this rank's problem indices) and ``seed`` replace the step's own draw and sampling
+    seed (dynamic sampling's later rounds).
 
     The verifier runs when a configured reward term needs grades; a custom task whose terms do not
     (``register_reward(name, needs_grades=False)``) skips it, and a response counts as correct when its
@@ -65,8 +155,10 @@ def sample_and_grade(cfg: Config, dist: DistInfo, tokenizer, rollout, problems: 
 
     # 1. the problems of this step (this rank's share) and their prompts
     per_rank = t.batch_size // dist.world_size
-    idx = step_indices(len(problems), step, t.batch_size, t.seed, cfg.data.shuffle)
-    batch_problems = [problems[i] for i in idx[dist.rank * per_rank:(dist.rank + 1) * per_rank]]
+    if indices is None:
+        idx = step_indices(len(problems), step, t.batch_size, t.seed, cfg.data.shuffle)
+        indices = idx[dist.rank * per_rank:(dist.rank + 1) * per_rank]
+    batch_problems = [problems[i] for i in indices]
     prompts = [render_prompt(p, tokenizer, cfg.data.template) for p in batch_problems]
 
     # 2. G responses per prompt (colocated schedule, rollout.sleep_between_steps: wake the KV cache
@@ -74,7 +166,7 @@ def sample_and_grade(cfg: Config, dist: DistInfo, tokenizer, rollout, problems: 
     times.update(colocate.before_generate(rollout))
     t0 = time.perf_counter()
     sampling = SamplingConfig(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_tokens=r.max_tokens,
-                              stop=stop_strings(cfg), seed=sampling_seed(cfg, step, dist.rank))
+                              stop=stop_strings(cfg), seed=sampling_seed(cfg, step, dist.rank) if seed is None else seed)
     batch = rollout.generate(prompts, G, sampling)
     times["generate"] = time.perf_counter() - t0
     times.update(colocate.after_generate(rollout))
@@ -95,7 +187,8 @@ def sample_and_grade(cfg: Config, dist: DistInfo, tokenizer, rollout, problems: 
     correct = [g.correct for g in grades] if grades is not None else [x > 0 for x in score_list]
     times["grade"] = time.perf_counter() - t0
     return Sampled(problems=batch_problems, batch=batch, golds=golds, truncated=truncated, grades=grades,
-                   scores=torch.tensor(score_list, dtype=torch.float32), correct=correct, times=times)
+                   scores=torch.tensor(score_list, dtype=torch.float32), correct=correct, times=times,
+                   indices=list(indices))
 
 
 def sample_records(s: Sampled, advantages: torch.Tensor, mask: torch.Tensor, k: int) -> list[dict[str, Any]]:

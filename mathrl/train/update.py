@@ -10,7 +10,8 @@ from typing import Any
 import torch
 
 from mathrl.algo import kl as kl_mod
-from mathrl.algo.losses import agg_loss, policy_loss, value_loss
+from mathrl.algo.correction import mismatch_stats, tis_weights
+from mathrl.algo.losses import POLICY_LOSSES, agg_loss, value_loss
 from mathrl.config import Config
 from mathrl.train.engines import all_ranks_ok, device, discard_gradients
 from mathrl.train.forward import make_micro_batch, policy_forward, value_forward
@@ -31,6 +32,8 @@ class TrainBatch:
     returns: torch.Tensor | None = None     # [N, T] value targets (GAE)
     norm_const: float = 1.0                 # the constant of the seq-mean-token-sum-norm aggregation
     loss_sign: float = 1.0                  # -1 flips the policy gradient (a test hook)
+    loss_mask: torch.Tensor | None = None   # [N, T] bool, the tokens the policy loss counts (None: mask;
+                                            # algo.mask_truncated leaves truncated responses out)
 
 
 def group_share(cfg: Config) -> int:
@@ -72,7 +75,7 @@ def skip_or_step(engine, guard: GradGuard | None, problem: str | None, what: str
 
 
 def update_policy(cfg: Config, dist, models, tb: TrainBatch, plan, norms, stats_acc: dict[str, list[float]],
-                  step: int = 0) -> str | None:
+                  step: int = 0, first_pass: bool = True) -> str | None:
     """Backward over the micro-batches of one mini-batch, then one optimizer step.
 
     ``plan`` is this rank's :func:`agreed_plan`: ``(rows, real)`` pairs, the same count on every rank;
@@ -81,10 +84,15 @@ def update_policy(cfg: Config, dist, models, tb: TrainBatch, plan, norms, stats_
 
     NaN/inf in the logprobs, the loss or any gradient skips the step (gradients discarded, no
     optimizer or scheduler step); returns where it was seen. The remaining micro-batches still run
-    (with weight 0) so that the other ranks are not left waiting in a collective."""
+    (with weight 0) so that the other ranks are not left waiting in a collective.
+
+    On the ``first_pass`` over the batch (the first epoch, whose mini-batches visit every row once) the
+    sampler-vs-trainer mismatch statistics are recorded (``mismatch/*``); with ``algo.tis_cap`` each
+    token's loss is weighted by the truncated importance ratio pi_old / pi_sampler."""
     from mathrl.train.faults import fault
 
     a, r = cfg.algo, cfg.rollout
+    loss_fn = POLICY_LOSSES[a.policy_loss]
     engine = models.policy
     engine.train()
     problem = None
@@ -96,11 +104,23 @@ def update_policy(cfg: Config, dist, models, tb: TrainBatch, plan, norms, stats_
         # entropy comes from the same fused pass as the logprobs; it enters the loss only with a bonus
         logp, ent = policy_forward(engine, mb, temperature=sampling_temperature(r), with_entropy=True)
         m = mb.response_mask
+        if tb.loss_mask is not None:
+            m = m & tb.loss_mask[rows, : mb.T].to(m.device)
         adv = tb.advantages[rows, : mb.T].to(logp.device)
         old = old_logp[rows, : mb.T].to(logp.device) if old_logp is not None else logp.detach()
+        sampler = batch.logprobs[rows, : mb.T].to(logp.device)
+        weights = None
+        if a.tis_cap is not None:  # the rollout engine's distribution differs from the trainer's
+            weights, tis_st = tis_weights(old, sampler, m, a.tis_cap, a.tis_level)
+            if real:
+                for k, v in tis_st.items():
+                    _acc(stats_acc, k, v)
+        if real and first_pass:
+            for k, v in mismatch_stats(old, sampler, mb.response_mask).items():
+                _acc(stats_acc, k, v)
         agg = dict(agg=a.loss_agg, norm_tokens=norms.tokens, norm_seqs=norms.seqs, norm_const=tb.norm_const)
-        pg_loss, st = policy_loss(logp, old, adv * tb.loss_sign, m, clip_low=a.clip_low, clip_high=a.clip_high,
-                                  dual_clip=a.dual_clip, **agg)
+        pg_loss, st = loss_fn(logp, old, adv * tb.loss_sign, m, clip_low=a.clip_low, clip_high=a.clip_high,
+                              dual_clip=a.dual_clip, weights=weights, **agg)
         loss = pg_loss
         kl_loss = None
         if ref_logp is not None and cfg.kl_in == "loss":
@@ -197,9 +217,9 @@ def step_metrics(cfg: Config, sampled, tb: TrainBatch, stats_acc: dict[str, list
         vals = [x for x in v if math.isfinite(x)]
         if not vals:
             continue
-        if k.endswith("ratio_min"):
+        if k.endswith("_min"):
             out[k] = min(vals)
-        elif k.endswith("ratio_max"):
+        elif k.endswith("_max"):
             out[k] = max(vals)
         else:
             out[k] = sum(vals) / len(vals)

@@ -82,3 +82,26 @@ def test_validate_catches(breakage, match):
 def test_cut_at_stop():
     assert cut_at_stop("x = 4.\n\nDone", ["\n\n", "."]) == ("x = 4", True)
     assert cut_at_stop("abc", ["z"]) == ("abc", False)
+
+
+def test_select_groups_repads_and_keeps_rows_together():
+    from mathrl.rollout.batch import select_groups
+
+    a = collate([[5, 6], [7]], [[Sample([1, 2, 3], [-0.1, -0.2, -0.3], "stop", "a0"), Sample([4], [-0.4], "length", "a1")],
+                                [Sample([9], [-0.9], "stop", "b0"), Sample([8, 8], [-0.8, -0.7], "stop", "b1")]],
+                ["A", "B"], pad_token_id=0)
+    b = collate([[1, 2, 3, 4]], [[Sample([6, 6, 6, 6, 6], [-0.6] * 5, "length", "c0"), Sample([], [], "stop", "c1")]],
+                ["C"], pad_token_id=0)
+    out = select_groups([a, b], [(1, 0), (0, 1)])  # C's group, then B's
+    out.validate()
+    assert out.prompt_text == ["C", "B"] and out.response_text == ["c0", "c1", "b0", "b1"]
+    assert out.finish_reason == ["length", "stop", "stop", "stop"]
+    assert out.prompt_ids.tolist() == [[1, 2, 3, 4], [1, 2, 3, 4], [0, 0, 0, 7], [0, 0, 0, 7]]
+    assert out.response_ids.shape == (4, 5) and out.response_ids[2].tolist() == [9, 0, 0, 0, 0]
+    assert out.response_mask.sum(1).tolist() == [5, 0, 1, 2]
+    assert torch.allclose(out.logprobs[3, :2], torch.tensor([-0.8, -0.7]))
+    assert out.group_index.tolist() == [0, 0, 1, 1]
+    narrow = select_groups([a, b], [(0, 1)])  # the widths shrink to the picked groups
+    assert narrow.prompt_ids.shape == (2, 1) and narrow.response_ids.shape == (2, 2)
+    with pytest.raises(ValueError, match="at least one"):
+        select_groups([a], [])

@@ -1,0 +1,134 @@
+"""sympy comparison of two scalar answers (the last stage of :mod:`mathrl.reward.equiv`).
+
+:func:`to_sympy` parses a cleaned scalar with latex2sympy2_extended (the parser math-verify uses;
+decimals become exact fractions first, ``i`` is the imaginary unit, ``e`` Euler's number);
+:func:`sympy_equal` compares two parsed values: constants by evaluating both at 60 significant digits
+with a relative difference below 1e-40 (or the user's ``reward.rel_tol``, :data:`REL_TOL`), expressions
+with symbols at 5 random rational points, then by ``simplify(a - b) == 0``.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from contextvars import ContextVar
+from fractions import Fraction
+from functools import lru_cache
+
+from mathrl.reward.normalize import guard
+
+__all__ = ["DIGITS", "REL_TOL", "REL_TOL_EXP", "num_close", "sympy_equal", "to_sympy"]
+
+REL_TOL_EXP = 40
+DIGITS = 60
+
+# The user's relative tolerance for numbers (``reward.rel_tol``; 0 = exact). Set for the duration of
+# one :func:`mathrl.reward.equiv.equivalent` call, read where numbers are compared.
+REL_TOL: ContextVar[float] = ContextVar("mathrl_rel_tol", default=0.0)
+
+
+@lru_cache(maxsize=4096)
+def to_sympy(text: str):
+    """Parse a cleaned scalar with latex2sympy; decimals become exact fractions."""
+    guard(text)
+    from latex2sympy2_extended.latex2sympy2 import NormalizationConfig, latex2sympy
+    import sympy
+
+    t = text
+    t = re.sub(r"(?<![\\A-Za-z])pi\b", r"\\pi ", t)
+    t = re.sub(r"(?<![\\A-Za-z])(?:infinity|inf)\b", r"\\infty ", t)
+    t = t.replace("**", "^")
+
+    def dec(m: re.Match) -> str:
+        whole, frac = m.group(1), m.group(2)
+        return "{\\frac{%s}{%s}}" % (int(whole + frac), 10 ** len(frac))
+
+    t = re.sub(r"(?<![\d.])(\d*)\.(\d+)(?![\d.])", dec, t)
+    cfg = NormalizationConfig(basic_latex=True, units=False, malformed_operators=True, nits=False,
+                              boxed="none", equations=False)
+    expr = latex2sympy(t, normalization_config=cfg)
+    if isinstance(expr, sympy.Basic):
+        subs = {}
+        for sym in expr.free_symbols:
+            if sym.name == "i":
+                subs[sym] = sympy.I
+            elif sym.name == "e":
+                subs[sym] = sympy.E
+        if subs:
+            expr = expr.xreplace(subs)
+        try:
+            expr = expr.doit()
+        except Exception:
+            pass
+    return expr
+
+
+def num_close(a, b) -> bool | None:
+    """Compare two sympy constants numerically at high precision; None if undecidable."""
+    import sympy
+
+    if a == b:
+        return True
+    if a.has(sympy.oo, -sympy.oo, sympy.zoo, sympy.nan) or b.has(sympy.oo, -sympy.oo, sympy.zoo, sympy.nan):
+        return bool(a == b)
+    va = a.evalf(DIGITS)
+    vb = b.evalf(DIGITS)
+    if not (va.is_number and vb.is_number):
+        return None
+    try:
+        diff = sympy.Abs(va - vb).evalf(DIGITS)
+        scale = sympy.Max(sympy.Abs(va), sympy.Abs(vb)).evalf(DIGITS)
+        if scale == 0:
+            return diff == 0
+        tol = max(sympy.Float(10) ** (-REL_TOL_EXP), sympy.Float(REL_TOL.get()))
+        return bool(diff <= scale * tol)
+    except (TypeError, ValueError):
+        return None
+
+
+def sympy_equal(a, b) -> bool:
+    import sympy
+
+    if not isinstance(a, sympy.Expr) or not isinstance(b, sympy.Expr):
+        try:
+            return bool(a == b)
+        except Exception:
+            return False
+    if a == b:
+        return True
+    fa, fb = a.free_symbols, b.free_symbols
+    if not fa and not fb:
+        r = num_close(a, b)
+        if r is not None:
+            return r
+        try:
+            return sympy.simplify(a - b) == 0
+        except Exception:
+            return False
+    if fa != fb:
+        return False
+    rng = random.Random(1234)
+    syms = sorted(fa, key=lambda s: s.name)
+    for k in range(5):
+        vals = {}
+        for s in syms:
+            v = Fraction(rng.randint(37, 290), 100)
+            vals[s] = sympy.Rational(v.numerator, v.denominator) * (-1 if (k == 4 and rng.random() < 0.5) else 1)
+        try:
+            ea = a.xreplace(vals)
+            eb = b.xreplace(vals)
+            r = num_close(ea, eb)
+        except Exception:
+            r = None
+        if r is False:
+            return False
+        if r is None:
+            break
+    else:
+        return True
+    try:
+        if sympy.count_ops(a) + sympy.count_ops(b) > 300:
+            return False
+        return sympy.simplify(a - b) == 0
+    except Exception:
+        return False

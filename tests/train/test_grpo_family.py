@@ -1,0 +1,151 @@
+"""The GRPO-family options end to end: dynamic sampling (real SmolLM2, the real verifier and DeepSpeed;
+two ranks with uneven informative groups), its state across a resume, truncated-response masking,
+truncated importance sampling and the GSPO / CISPO losses wired through the trainer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from _train_tasks import FIRST_DIGIT, crash_copy, digit_problems, torchrun
+from safetensors.torch import load_file
+
+from mathrl.config import ConfigError, load_config
+from mathrl.train import checkpoint as ckpt
+from mathrl.train import run
+from mathrl.train.metrics import read_metrics
+
+QUIET = ["logging.tensorboard=false"]
+
+
+def _steps(out: Path) -> list[dict]:
+    return [m for m in read_metrics(out / "metrics.jsonl") if "event" not in m]
+
+
+def _digit_cfg(model_dir, out, *extra):
+    return load_config(None, [
+        f"model.name={model_dir}", "rollout.backend=hf", "rollout.max_tokens=3", "rollout.n=4",
+        "train.batch_size=4", "train.lr=1e-2", "algo.kl_coef=0.04", "data.template=chat_boxed",
+        f"train.output_dir={out}", FIRST_DIGIT, *QUIET, *extra])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_dynamic_sampling_fills_the_batch_with_informative_groups(embedded_model_path, tmp_path):
+    """SmolLM2-135M-Instruct on the synthetic task with the real verifier, all-or-nothing rewards and G = 2:
+    many groups are all right or all wrong. With dynamic sampling every step trains on B groups whose
+    rewards differ (unless the rounds ran out, which the step says); without it (the negative control, same
+    seed) some step trains on uninformative groups."""
+    args = [f"model.name={embedded_model_path}", "rollout.backend=hf", "rollout.n=2", "rollout.max_tokens=40",
+            "train.batch_size=4", "train.steps=2", "train.lr=1e-5", "data.source=synthetic",
+            "data.synthetic_size=64", "reward.function=correctness", "reward.format_bonus=0", "data.eval_limit=1",
+            "eval.n=1", "eval.k=1", "eval.max_tokens=4", "eval.greedy=false", "train.seed=3", *QUIET]
+    plain = tmp_path / "plain"
+    assert run(load_config("configs/demo.yaml", [*args, f"train.output_dir={plain}"])) == 0
+    assert any(s["reward/zero_variance_groups"] > 0 for s in _steps(plain))
+    dyn = tmp_path / "dyn"
+    assert run(load_config("configs/demo.yaml", [*args, f"train.output_dir={dyn}", "algo.dynamic_sampling=true",
+                                                 "algo.sampling_rounds=6"])) == 0
+    steps = _steps(dyn)
+    assert any(s["sampling/rounds"] > 1 for s in steps)  # the filter had work to do
+    for s in steps:
+        assert s["sampling/prompts_consumed"] == 4 * s["sampling/rounds"]
+        assert s["reward/zero_variance_groups"] == s["sampling/filled_groups"] / 4
+        assert 0 < s["sampling/filtered_frac"] < 1
+        for key in ("mismatch/kl", "mismatch/logp_diff_max"):
+            assert key in s
+    assert sum(s["sampling/filled_groups"] for s in steps) < 8  # mostly informative groups were found
+    if steps[0]["sampling/rounds"] == 1:  # round 0 is the plain step's own sample
+        assert steps[0]["reward/mean"] == _steps(plain)[0]["reward/mean"]
+
+
+@pytest.mark.slow
+def test_dynamic_sampling_with_the_pass_rate_filter_resumes_exactly(digit_model_dir, tmp_path):
+    """The stream position and the pass-rate history are part of the checkpoint: a run stopped after
+    step 2 and resumed gives the uninterrupted run's weights and metrics."""
+    extra = ["algo.dynamic_sampling=true", "algo.sampling_rounds=3", "algo.pass_rate_filter=1", "train.steps=4",
+             "train.save_every=1", "train.keep_last=5"]
+    full = tmp_path / "full"
+    assert run(_digit_cfg(digit_model_dir, full, *extra), problems=digit_problems(12)) == 0
+    steps = _steps(full)
+    assert sum(s["sampling/prompts_consumed"] for s in steps) > 4 * 4  # extra rounds or skipped prompts
+    state = json.loads((ckpt.list_checkpoints(full)[-1][1] / "trainer_state.json").read_text())
+    assert state["prompts_used"] == sum(s["sampling/prompts_consumed"] for s in steps)
+    assert state["pass_filter"]["history"]
+    part = tmp_path / "part"
+    crash_copy(full, part, keep_step=2)
+    assert run(_digit_cfg(digit_model_dir, part, *extra, "train.resume=auto"), problems=digit_problems(12)) == 0
+    w_full = load_file(str(ckpt.list_checkpoints(full)[-1][1] / "policy" / "model.safetensors"))
+    w_part = load_file(str(ckpt.list_checkpoints(part)[-1][1] / "policy" / "model.safetensors"))
+    assert all(torch.equal(w_part[k], w_full[k]) for k in w_full)
+    strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith(("time/", "throughput/", "sys/"))}  # noqa: E731
+                          for r in rows]
+    assert strip(_steps(part)) == strip(steps)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_dynamic_sampling_on_two_ranks_with_uneven_groups(digit_model_dir, tmp_path):
+    """Two ranks find informative groups at different rates; the round decision is the minimum over ranks,
+    so both run the same rounds (no hang in ZeRO's collectives) and each trains on its full share."""
+    out = tmp_path / "ws2"
+    rc, log = torchrun(Path(__file__).parent / "_dynamic_sampling.py",
+                       (digit_model_dir, out, "train.steps=3", "algo.dynamic_sampling=true", "algo.sampling_rounds=4",
+                        "deepspeed.zero_stage=2"), 2)
+    assert rc == 0, log[-3000:]
+    rows = {r: [json.loads(x) for x in (out / f"ds_rank{r}.jsonl").read_text().splitlines()] for r in (0, 1)}
+    assert [x["step"] for x in rows[0]] == [x["step"] for x in rows[1]] == [1, 2, 3]
+    for a, b in zip(rows[0], rows[1]):
+        assert a["sampling/rounds"] == b["sampling/rounds"]
+        assert a["rows"] == b["rows"] == 2 * 4  # 2 groups of G = 4 per rank
+        for x in (a, b):  # every group informative unless the rounds ran out
+            assert x["informative"] + x["sampling/filled_groups"] >= 2 or x["sampling/rounds"] == 4
+    assert any(x["sampling/rounds"] > 1 for x in rows[0])
+    found = {r: [json.loads(x) for x in (out / f"found_rank{r}.jsonl").read_text().splitlines()] for r in (0, 1)}
+    # uneven work: at some step one rank had its share of informative groups before the other
+    first_full = lambda rounds: next((k for k in range(len(rounds)) if sum(rounds[:k + 1]) >= 2), None)  # noqa: E731
+    assert any(first_full(a) != first_full(b) for a, b in zip(found[0], found[1])), found
+
+
+@pytest.mark.slow
+def test_mask_truncated_tis_and_sequence_losses_change_the_update(digit_model_dir, tmp_path):
+    """Wired through the trainer, each option changes the weights after one step against the plain loss on
+    the same samples (same seed), and logs its statistics. GSPO and CISPO equal PPO while every ratio is 1,
+    so they are compared over 2 PPO epochs, where the second epoch's ratios have moved (and PPO clips)."""
+    def one_step(name, *extra):
+        out = tmp_path / name
+        assert run(_digit_cfg(digit_model_dir, out, "train.steps=1", "rollout.max_tokens=2", *extra),
+                   problems=digit_problems(8)) == 0
+        w = load_file(str(ckpt.list_checkpoints(out)[-1][1] / "policy" / "model.safetensors"))
+        return w, _steps(out)[-1]
+
+    def differ(a, b) -> bool:
+        return any(not torch.equal(a[k], b[k]) for k in a)
+
+    base, m0 = one_step("base")
+    assert m0["response/truncated"] > 0  # max_tokens=2 cuts some responses
+    w, m = one_step("masked", "algo.mask_truncated=true")
+    assert differ(w, base) and "mismatch/kl" in m
+    # the hf sampler and the trainer agree to ~1e-6, so a cap of 0.5 cuts every weight to 0.5
+    w, m = one_step("tis", "algo.tis_cap=0.5")
+    assert differ(w, base)
+    assert m["tis/capped_frac"] == 1.0 and abs(m["tis/weight_mean"] - 0.5) < 1e-6
+    assert m["mismatch/logp_diff_max"] < 1e-3
+    seq = ["algo.loss_agg=seq-mean-token-mean", "algo.ppo_epochs=2"]
+    base2, m2 = one_step("base2", *seq)
+    assert m2["policy/clipfrac"] > 0  # the second epoch leaves the clip range somewhere
+    w, m = one_step("gspo", *seq, "algo.policy_loss=gspo", "algo.clip_low=0.0003", "algo.clip_high=0.0004")
+    assert differ(w, base2)
+    w, m = one_step("cispo", *seq, "algo.policy_loss=cispo")
+    assert differ(w, base2) and m["policy/clipfrac"] > 0
+
+
+def test_option_conflicts_are_refused_with_the_fix():
+    with pytest.raises(ConfigError, match="algo.dynamic_sampling = true .*'gae'"):
+        load_config(None, ["algo.name=ppo", "algo.dynamic_sampling=true"])
+    with pytest.raises(ConfigError, match="algo.dual_clip = 3.0 with algo.policy_loss = cispo"):
+        load_config(None, ["algo.policy_loss=cispo", "algo.dual_clip=3.0"])
+    with pytest.raises(ConfigError, match="algo.policy_loss.*allowed"):
+        load_config(None, ["algo.policy_loss=trpo"])
