@@ -29,6 +29,10 @@ def _pct(x) -> str:
     return f"{100 * x:.1f}"
 
 
+def _num(x, digits: int) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
 def _ks(values: dict, kind: str) -> list[int]:
     return sorted(int(k.split("@")[1]) for k in values if k.startswith(kind + "@"))
 
@@ -50,6 +54,10 @@ def collect(study) -> dict:
         rec["train_curve"] = [[m["step"], m["reward/accuracy"]] for m in steps if "reward/accuracy" in m]
         last = rec["train_curve"][-max(1, len(rec["train_curve"]) // 5):]
         rec["train_acc_end"] = sum(a for _, a in last) / len(last) if last else None
+        times = sorted(m["time/step"] for m in steps if "time/step" in m)
+        rec["step_s_median"] = times[len(times) // 2] if times else None
+        rss = [m["sys/rss_mb"] for m in steps if "sys/rss_mb" in m]
+        rec["rss_gb_max"] = max(rss) / 1024 if rss else None
         runs.append(rec)
     return {"study": study.name, "file": str(study.path), "out": str(study.out), "description": study.description,
             "generated": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "runs": runs, "pending": pending}
@@ -68,15 +76,15 @@ def markdown_table(data: dict) -> str:
     kmax = max((max(_ks(r["after"], "pass"), default=1) for r in runs), default=1)
     header = ["run", "method", "steps", "acc before", "acc after", "pass@1 before", "pass@1 after",
               f"pass@{kmax} before", f"pass@{kmax} after", f"maj@{kmax} before", f"maj@{kmax} after",
-              "train acc (end)", "train s", "eval s", "tokens"]
+              "train acc (end)", "train s", "s/step", "RSS GB", "eval s", "tokens"]
     rows = []
     for r in runs:
         b, a = r["before"], r["after"]
         rows.append([r["name"], r["method"], str(r["steps"]), _pct(_headline(b)[1]), _pct(_headline(a)[1]),
                      _pct(b.get("pass@1")), _pct(a.get("pass@1")), _pct(b.get(f"pass@{kmax}")),
                      _pct(a.get(f"pass@{kmax}")), _pct(b.get(f"maj@{kmax}")), _pct(a.get(f"maj@{kmax}")),
-                     _pct(r.get("train_acc_end")), f"{r['wall_train_s']:.0f}", f"{r['wall_eval_s']:.0f}",
-                     f"{int(r['tokens'])}"])
+                     _pct(r.get("train_acc_end")), f"{r['wall_train_s']:.0f}", _num(r.get("step_s_median"), 1),
+                     _num(r.get("rss_gb_max"), 1), f"{r['wall_eval_s']:.0f}", f"{int(r['tokens'])}"])
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
@@ -93,7 +101,8 @@ def _notes(data: dict) -> list[str]:
                      f"'acc' = {acc} accuracy; pass@k unbiased (Chen et al. 2021); maj@k = expected "
                      "majority-vote accuracy of k samples. 'train acc (end)' = accuracy of the policy's "
                      "own samples over the last fifth of the steps (offline RFT: the initial model's samples). "
-                     "'tokens' = response tokens sampled for training (rank 0). Values in %.")
+                     "'tokens' = response tokens sampled for training (rank 0); 's/step' = median step time; 'RSS GB' = "
+                     "the trainer process's largest resident memory at a step end (rank 0). Accuracies in %.")
     if data["pending"]:
         notes.append(f"Not complete yet (not in the table): {', '.join(data['pending'])}.")
     return notes

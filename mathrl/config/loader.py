@@ -111,7 +111,12 @@ def _coerce(value: Any, tp: Any, from_cli: bool) -> Any:
         if typing.get_origin(val_tp) is dict:  # an empty entry (`format:` in YAML) is an empty mapping
             value = {k: ({} if v is None else v) for k, v in value.items()}
         return {_coerce(k, key_tp, False): _coerce(v, val_tp, False) for k, v in value.items()}
-    if tp is Any:
+    if tp is Any:  # a command-line value is read as YAML (model.lora.r=8 is the number 8)
+        if from_cli and isinstance(value, str):
+            try:
+                return yaml.safe_load(value)
+            except yaml.YAMLError:
+                raise _Bad from None
         return value
     if tp is bool:
         if isinstance(value, bool):
@@ -189,7 +194,8 @@ def _check_field(key: str, value: Any, meta: dict, where: str) -> None:
         check(value)
     except ValueError as exc:
         sub = getattr(exc, "key", None)
-        raise ConfigError(f"{key}{'.' + sub if sub else ''}{where}: {exc}") from None
+        named = key if not sub or key.endswith("." + sub) else f"{key}.{sub}"
+        raise ConfigError(f"{named}{where}: {exc}") from None
 
 
 def _dict_types(tp: Any) -> tuple[Any, Any] | None:
@@ -350,6 +356,10 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"reward.terms is set together with the shorthand {', '.join(shorthands)}; put every "
                           "term in reward.terms (format: {bonus: ...}, length: {coef: ..., buffer: ...}) or use "
                           "only the shorthands")
+    if cfg.model.lora is not None and cfg.algo.ref_update_every and cfg.model.ref_model is None:
+        raise ConfigError(f"algo.ref_update_every = {cfg.algo.ref_update_every} with model.lora: under LoRA the "
+                          "reference model is the policy with its adapters switched off, so it cannot be reset to "
+                          "the current policy; set algo.ref_update_every=0, or give a separate model.ref_model")
     if cfg.algo.ref_update_every and cfg.algo.kl_coef == 0:
         raise ConfigError(f"algo.ref_update_every = {cfg.algo.ref_update_every}: resetting the reference model only "
                           "matters with a KL term; set algo.kl_coef > 0 or algo.ref_update_every = 0")

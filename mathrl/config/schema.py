@@ -44,6 +44,13 @@ def _policy_loss_choices() -> tuple[str, ...]:
     return tuple(POLICY_LOSSES)
 
 
+def _check_lora(spec: Any) -> None:
+    if spec is not None:
+        from mathrl.models.lora import check_lora
+
+        check_lora(spec)  # LoraSpecError is a ValueError naming its key
+
+
 def _check_reward_terms(terms: Any) -> None:
     if terms is not None:
         from mathrl.reward.rewards import check_reward_terms
@@ -79,6 +86,12 @@ class ModelConfig:
                                    "with dropout on in training the PPO ratio would not start at 1.")
     gradient_checkpointing: bool = option(False, "Recompute activations in backward. Saves memory, costs ~30% "
                                           "time; off by default because small models fit without it.")
+    lora: Optional[dict[str, Any]] = option(
+        None, "Train LoRA adapters (peft) instead of the full policy: {r: 16, alpha: 32, dropout: 0.0, "
+        "target_modules: all-linear, merged_checkpoints: true} (each key optional; e.g. model.lora.r=8). The "
+        "reference model is the policy with its adapters switched off (no second copy); vLLM gets the merged "
+        "weights; checkpoints hold the adapter (adapter/, peft format) and, with merged_checkpoints, the merged "
+        "model (policy/). None = full fine-tuning. The PPO critic stays a full model.", check=_check_lora)
 
 
 @dataclass

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from mathrl.models.embedded import ensure_embedded_model, is_embedded
+from mathrl.models.embedded import cache_root, ensure_embedded_model, is_embedded
 from mathrl.models.errors import ModelError
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
@@ -27,7 +27,8 @@ def resolve_model_path(spec: str, cache_dir: str | os.PathLike | None = None, *,
     """Turn a model spec into something ``from_pretrained`` accepts.
 
     Embedded aliases become the converted cache folder; an existing local folder
-    is returned as an absolute path (and must contain ``config.json``); anything
+    is returned as an absolute path (and must contain ``config.json``); a LoRA adapter folder
+    (``adapter_config.json``) becomes its base model with the adapter merged, in the cache; anything
     that looks like a filesystem path but does not exist is an error; all else is
     treated as a hub id and returned unchanged.
 
@@ -44,6 +45,10 @@ def resolve_model_path(spec: str, cache_dir: str | os.PathLike | None = None, *,
             raise ModelError(f"{said}{exc}") from None
     p = Path(spec).expanduser()
     if p.is_dir():
+        from mathrl.models.lora import is_adapter_folder, merged_model_folder
+
+        if is_adapter_folder(p):  # a LoRA adapter (a checkpoint's adapter/ folder): merged onto its base once
+            return str(merged_model_folder(p, cache_root(cache_dir)))
         if not (p / "config.json").is_file():
             raise ModelError(f"{said}model folder {p} has no config.json; expected a Hugging Face "
                              "model folder (save_pretrained output) or a mathrl checkpoint's policy/ folder")

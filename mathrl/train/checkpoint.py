@@ -4,6 +4,8 @@ Layout of ``<output_dir>/checkpoints/step_000010/``::
 
     policy/              Hugging Face folder (config, safetensors, tokenizer): load with
                          transformers or vLLM, or pass as --model to mathrl eval
+                         (model.lora: the merged model, unless merged_checkpoints is false)
+    adapter/             model.lora only: the adapter in peft's format (PeftModel.from_pretrained)
     critic/              PPO only: backbone + value head (mathrl.models.value_head)
     ds_policy/ ds_critic/ DeepSpeed engine state: fp32 weights, optimizer, LR scheduler
     ref/                 iterative RL only: the reset reference model (safetensors)
@@ -37,6 +39,7 @@ from typing import Any
 
 from mathrl.algo.filtering import PassRateFilter
 from mathrl.config import Config, ConfigError
+from mathrl.models.lora import adapter_state_dict, has_adapters, merged_parameters, save_adapter
 from mathrl.train.engines import DistInfo, all_gather_objects, all_ranks_ok, copy_weights, load_engine_checkpoint
 from mathrl.train.errors import CheckpointError, TrainingError  # noqa: F401 (part of this module's API)
 from mathrl.train.models import Models, full_state_dict, iterative_reference
@@ -288,21 +291,34 @@ def save_checkpoint(cfg: Config, dist: DistInfo, models: Models, state: State, *
         attempt(lambda: begin(cfg.train.output_dir, state.step))
     tdist.barrier()
     # gathers are collectives: every rank runs them whatever happened to the writes
-    policy_sd = full_state_dict(models.policy)
+    lora = has_adapters(models.policy.module)
+    adapter_sd = adapter_state_dict(models.policy.module) if lora else None
+    if not lora:
+        policy_sd = full_state_dict(models.policy)
+    elif models.policy.module.mathrl_lora["merged_checkpoints"]:
+        policy_sd = {n: t.contiguous() for n, t in merged_parameters(models.policy.module)}
+    else:
+        policy_sd = None
     critic_sd = full_state_dict(models.critic) if models.critic is not None else None
     ref_sd = None
     if iterative_reference(cfg, models) and state.ref_step > 0:  # at ref_step 0 the reference is the initial model
         from mathrl.rollout import iter_full_parameters
 
         ref_sd = {n: t.contiguous().clone() for n, t in iter_full_parameters(getattr(models.ref, "module", models.ref))}
-    attempt(lambda: models.policy.save_checkpoint(str(tmp / "ds_policy"), tag="state"))
+    # under LoRA the frozen base weights are the model folder's; DeepSpeed keeps the adapters and their
+    # optimizer state
+    attempt(lambda: models.policy.save_checkpoint(str(tmp / "ds_policy"), tag="state", exclude_frozen_parameters=lora))
     if models.critic is not None:
         attempt(lambda: models.critic.save_checkpoint(str(tmp / "ds_critic"), tag="state"))
     fault("ckpt_write", state.step)
 
     def write_main() -> None:
-        models.policy.module.save_pretrained(str(tmp / "policy"), state_dict=policy_sd, safe_serialization=True)
-        models.tokenizer.save_pretrained(str(tmp / "policy"))
+        if adapter_sd is not None:
+            save_adapter(tmp / "adapter", adapter_sd, models.policy.module.mathrl_lora, models.model_path)
+            models.tokenizer.save_pretrained(str(tmp / "adapter"))
+        if policy_sd is not None:
+            models.policy.module.save_pretrained(str(tmp / "policy"), state_dict=policy_sd, safe_serialization=True)
+            models.tokenizer.save_pretrained(str(tmp / "policy"))
         if critic_sd is not None:
             models.critic.module.save_pretrained(tmp / "critic", state_dict=critic_sd)
         if ref_sd is not None:
@@ -369,7 +385,9 @@ def load_checkpoint(folder: Path, models: Models, state: State) -> None:
         refused = exc
     if not all_ranks_ok(refused is None):
         raise refused or CheckpointError(f"{folder}: refused by another rank (its message names the file)")
-    load_engine_checkpoint(models.policy, str(folder / "ds_policy"), load_module_strict=True)
+    # LoRA: the checkpoint holds the adapters only; the frozen base weights come from the model
+    load_engine_checkpoint(models.policy, str(folder / "ds_policy"),
+                           load_module_strict=not has_adapters(models.policy.module))
     if models.critic is not None:
         load_engine_checkpoint(models.critic, str(folder / "ds_critic"))
     saved = read_state(folder)

@@ -101,14 +101,24 @@ def build_models(cfg: Config, dist: DistInfo, total_steps: int) -> Models:
         policy = load_causal_lm(path, dtype=dtype, gradient_checkpointing=cfg.model.gradient_checkpointing)
     if cfg.model.disable_dropout:
         disable_dropout(policy)
+    if cfg.model.lora is not None:  # after disable_dropout: model.lora.dropout is the adapters' own
+        from mathrl.models.lora import add_adapters
+
+        add_adapters(policy, cfg.model.lora)
     t = cfg.train
     per = optimizer_steps_per_rl_step(cfg)
     common = dict(schedule=t.lr_schedule, warmup=t.warmup_steps * per, total_steps=total_steps * per,
                   stage=cfg.deepspeed.zero_stage, offload=cfg.deepspeed.offload, grad_clip=t.max_grad_norm,
                   dtype=dtype, world_size=dist.world_size, config_path=cfg.deepspeed.config_path)
     engine = build_engine(policy, lr=t.lr, weight_decay=t.weight_decay, **common)
+    if cfg.model.lora is not None:
+        _exclude_tied_frozen(engine)
     ref = None
-    if cfg.algo.kl_coef > 0:
+    if cfg.algo.kl_coef > 0 and cfg.model.lora is not None and not cfg.model.ref_model:
+        from mathrl.models.lora import AdapterOffReference
+
+        ref = AdapterOffReference(engine.module)  # the base model: the policy with its adapters off
+    elif cfg.algo.kl_coef > 0:
         ref_path = resolve_model_path(cfg.model.ref_model, cfg.model.cache_dir) if cfg.model.ref_model else path
         with zero3_init(inference_ds_config(dtype, dist.world_size) if stage3 else None):
             ref_module = load_causal_lm(ref_path, dtype=dtype)
@@ -126,6 +136,23 @@ def build_models(cfg: Config, dist: DistInfo, total_steps: int) -> Models:
     return Models(policy=engine, ref=ref, critic=critic, tokenizer=tokenizer, model_path=path,
                   policy_guard=GradGuard(engine.module),
                   critic_guard=GradGuard(critic.module) if critic is not None else None)
+
+
+def _exclude_tied_frozen(engine) -> None:
+    """DeepSpeed's ``exclude_frozen_parameters`` misses a frozen weight that is tied to another (the LM head
+    of a model with tied embeddings: ``named_parameters`` lists it once, under the embedding's name), so a
+    LoRA checkpoint would carry the whole vocabulary matrix. Drop every frozen name, tied ones included."""
+    original = engine.module_state_dict
+
+    def module_state_dict(*args, exclude_frozen_parameters: bool = False, **kwargs):
+        sd = original(*args, exclude_frozen_parameters=exclude_frozen_parameters, **kwargs)
+        if exclude_frozen_parameters:
+            for name, p in engine.module.named_parameters(remove_duplicate=False):
+                if not p.requires_grad:
+                    sd.pop(name, None)
+        return sd
+
+    engine.module_state_dict = module_state_dict
 
 
 def full_state_dict(engine) -> dict[str, torch.Tensor]:
@@ -178,7 +205,11 @@ def sync_weights(rollout, engine) -> int:
     from mathrl.rollout import iter_full_parameters
     from mathrl.rollout.colocate import ensure_awake
 
+    from mathrl.models.lora import has_adapters, merged_parameters
+
     if getattr(rollout, "model", None) is engine.module:
         return 0  # the hf engine shares the trainer's module: nothing to copy
     ensure_awake(rollout, weights_only=True)  # colocated schedule: weights back, KV cache still free
+    if has_adapters(engine.module):  # LoRA: the engine has the base model's names; it gets W + scale * B A
+        return rollout.update_weights(merged_parameters(engine.module))
     return rollout.update_weights(iter_full_parameters(engine.module))
