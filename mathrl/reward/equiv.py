@@ -35,7 +35,10 @@ The answer policy (the same text is in README, "Verifier"):
   inequalities are intervals (``x < 1`` = ``-x > -1`` = ``(-\\infty, 1)``); named sets
   (``\\mathbb{R}``, "all real numbers", ``\\emptyset``) equal their interval/set notation.
 * **Lists, sets and matrices**: see :func:`nodes_equal` (tuples in brackets are ordered, bare lists
-  and sets unordered, ``\\pm`` is a two-element list, a column/row vector equals a tuple).
+  and sets unordered, ``\\pm`` is a two-element list, a column/row vector equals a tuple); matrix
+  arithmetic written out is evaluated (:mod:`mathrl.reward.matrices`).
+* **A gold that names its value** (``(p,q) = (3,2)``, ``V_1:V_2 = 11:21``, ``|AB| = 1``) is compared by
+  the value; an equation (``2x + z = 1``) is not a name for its right side.
 * **Hedging**: an answer listing several different candidates is credited only when every item
   equals the gold (see :mod:`mathrl.reward.extract`).
 
