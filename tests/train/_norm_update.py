@@ -20,6 +20,7 @@ import torch  # noqa: E402
 
 import mathrl.train.models as tm  # noqa: E402
 import mathrl.train.update as tu  # noqa: E402
+from mathrl.algo.losses import POLICY_LOSSES  # noqa: E402
 from mathrl.algo.losses import global_normalizers  # noqa: E402
 from mathrl.config import load_config  # noqa: E402
 from mathrl.train.engines import init_distributed  # noqa: E402
@@ -53,14 +54,15 @@ def make_batch():
             rmask[i, :n] = True
     adv = torch.randn(B * G, generator=g)[:, None].expand(-1, T) * rmask
     ref_logp = -torch.rand(B * G, T, generator=g) * 3 * rmask
-    batch = SimpleNamespace(prompt_ids=pids, prompt_mask=pmask, response_ids=rids)
+    sampler_logp = -torch.rand(B * G, T, generator=g) * 3 * rmask  # the rollout engine's logprobs
+    batch = SimpleNamespace(prompt_ids=pids, prompt_mask=pmask, response_ids=rids, logprobs=sampler_logp)
     return batch, rmask, adv.contiguous(), ref_logp
 
 
 def per_micro_mutation(n_micro: int, world: int):
     """The classic (wrong) normaliser: each micro-batch's own token/sequence count, averaged over the
     micro-batches of this rank and (by DeepSpeed) over ranks."""
-    real = tu.policy_loss, tu.agg_loss
+    real = POLICY_LOSSES["ppo"], tu.agg_loss
 
     def fix(kw, m):
         kw = dict(kw)
@@ -86,7 +88,7 @@ def main() -> None:
     rows = (groups[:, None] * G + torch.arange(G)[None, :]).flatten()
     budgets = BUDGETS_WS1 if dist.world_size == 1 else {"ws2": BUDGET_WS2}
     results, plans = {}, {}
-    originals = tu.policy_loss, tu.agg_loss
+    originals = POLICY_LOSSES["ppo"], tu.agg_loss
     for stage in STAGES:
         for agg in AGGS:
             for label, budget in budgets.items():
@@ -105,12 +107,12 @@ def main() -> None:
                     plan = plan_micro_batches(batch.prompt_mask, mask, budget, rows, group_size=tu.group_share(cfg))
                     norms = global_normalizers([mask[r] for r in plan])
                     if mode == "per_micro":
-                        tu.policy_loss, tu.agg_loss = per_micro_mutation(len(plan), dist.world_size)
+                        POLICY_LOSSES["ppo"], tu.agg_loss = per_micro_mutation(len(plan), dist.world_size)
                     try:
                         tb = tu.TrainBatch(batch=batch, mask=mask, advantages=adv, ref_logp=ref_logp, norm_const=16.0)
                         problem = tu.update_policy(cfg, dist, models, tb, agreed_plan(plan, G), norms, {})
                     finally:
-                        tu.policy_loss, tu.agg_loss = originals
+                        POLICY_LOSSES["ppo"], tu.agg_loss = originals
                     assert problem is None, problem
                     after = tm.full_state_dict(models.policy)
                     key = (stage, agg, label, mode)
