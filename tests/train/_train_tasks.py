@@ -6,6 +6,12 @@ from __future__ import annotations
 from mathrl.testing.digits import FIRST_DIGIT, digit_problems, digit_tokenizer, first_digit_reward  # noqa: F401
 
 
+def without_timing(rows: list[dict]) -> list[dict]:
+    """Metrics rows without the wall-clock and process entries (time/, throughput/, sys/), which differ
+    between two runs that are otherwise the same."""
+    return [{k: v for k, v in r.items() if not k.startswith(("time/", "throughput/", "sys/"))} for r in rows]
+
+
 def crash_copy(full, part, keep_step: int) -> None:
     """``part`` = the run folder ``full`` as a crash right after step ``keep_step``'s checkpoint leaves it:
     later checkpoints are gone and the metrics log ends at that step (a resumed run must write the rest

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _train_tasks import FIRST_DIGIT, crash_copy, digit_problems, torchrun
+from _train_tasks import FIRST_DIGIT, crash_copy, digit_problems, torchrun, without_timing
 from safetensors.torch import load_file
 
 from mathrl.config import ConfigError, load_config
@@ -80,9 +80,7 @@ def test_dynamic_sampling_with_the_pass_rate_filter_resumes_exactly(digit_model_
     w_full = load_file(str(ckpt.list_checkpoints(full)[-1][1] / "policy" / "model.safetensors"))
     w_part = load_file(str(ckpt.list_checkpoints(part)[-1][1] / "policy" / "model.safetensors"))
     assert all(torch.equal(w_part[k], w_full[k]) for k in w_full)
-    strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith(("time/", "throughput/", "sys/"))}  # noqa: E731
-                          for r in rows]
-    assert strip(_steps(part)) == strip(steps)
+    assert without_timing(_steps(part)) == without_timing(steps)
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _train_tasks import crash_copy
+from _train_tasks import crash_copy, without_timing
 from safetensors.torch import load_file
 
 from mathrl.config import ConfigError, load_config
@@ -70,9 +70,7 @@ def test_lora_on_the_real_model(embedded_model_path, tmp_path, stage):
     assert run(load_config("configs/demo.yaml", [*args, f"train.output_dir={part}", "train.resume=auto"])) == 0
     a_part = load_file(str(ckpt.list_checkpoints(part)[-1][1] / "adapter" / "adapter_model.safetensors"))
     assert all(torch.equal(a_part[k], adapter[k]) for k in adapter)
-    strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith(("time/", "throughput/", "sys/"))}  # noqa: E731
-                          for r in rows]
-    assert strip(_steps(part)) == strip(steps)
+    assert without_timing(_steps(part)) == without_timing(steps)
     state = json.loads((folder / "trainer_state.json").read_text())
     assert state["config"]["model"]["lora"] == {"r": 4, "alpha": 8}
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _train_tasks import crash_copy, FIRST_DIGIT, digit_problems
+from _train_tasks import crash_copy, FIRST_DIGIT, digit_problems, without_timing
 from safetensors.torch import load_file
 
 from mathrl.config import load_config
@@ -132,8 +132,7 @@ def test_resume_is_exact(digit_model_dir, tmp_path):
     w = _policy_weights(ckpt.list_checkpoints(part)[-1][1])
     for k in ref_w:
         assert torch.equal(w[k], ref_w[k]), k
-    strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith(("time/", "throughput/", "sys/"))} for r in rows]
-    assert strip(_steps(part)) == strip(ref_steps)
+    assert without_timing(_steps(part)) == without_timing(ref_steps)
     # the sampled-completions log of the resumed run equals the uninterrupted one (the copied log held
     # steps 3-4 already: they were dropped on resume and written again)
     assert (part / "rollouts.jsonl").read_text() == (full / "rollouts.jsonl").read_text()
@@ -167,8 +166,7 @@ def test_iterative_rl_resets_reference_and_resumes_exactly(digit_model_dir, tmp_
     final = lambda out: _policy_weights(ckpt.list_checkpoints(out)[-1][1])
     ref_w, w = final(full), final(part)
     assert all(torch.equal(w[k], ref_w[k]) for k in ref_w)
-    strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith(("time/", "throughput/", "sys/"))} for r in rows]
-    assert strip(_steps(part)) == strip(steps)
+    assert without_timing(_steps(part)) == without_timing(steps)
 
     # a checkpoint that lost its reference weights is refused, not silently anchored to the wrong model
     broken = tmp_path / "broken"

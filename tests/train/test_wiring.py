@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _train_tasks import crash_copy, FIRST_DIGIT, digit_problems
+from _train_tasks import crash_copy, FIRST_DIGIT, digit_problems, without_timing
 from safetensors.torch import load_file
 
 from mathrl.config import load_config
@@ -120,9 +120,7 @@ def test_resume_is_exact_on_the_real_model(embedded_model_path, tmp_path):
     w_full = load_file(str(ckpt.list_checkpoints(full)[-1][1] / "policy" / "model.safetensors"))
     w_part = load_file(str(ckpt.list_checkpoints(part)[-1][1] / "policy" / "model.safetensors"))
     assert all(torch.equal(w_part[k], w_full[k]) for k in w_full)
-    strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith(("time/", "throughput/", "sys/"))}  # noqa: E731
-                          for r in rows]
-    assert strip(_steps(part)) == strip(steps)
+    assert without_timing(_steps(part)) == without_timing(steps)
     assert any(w_full[k].ne(load_file(str(full / "checkpoints" / "step_000001" / "policy" / "model.safetensors"))[k]).any()
                for k in w_full)  # training moved the weights
 
