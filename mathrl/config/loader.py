@@ -345,6 +345,20 @@ def validate(cfg: Config) -> None:
                           "sampling drops groups whose rewards are all equal, which only carry no signal for a "
                           f"group-relative estimator; use one of {', '.join(group_est)}, or set "
                           "algo.dynamic_sampling=false")
+    if cfg.rollout.staleness:
+        conflicts = [(k, why) for k, on, why in (
+            ("algo.dynamic_sampling", cfg.algo.dynamic_sampling, "its extra rounds need this step's grades before "
+             "the next step's prompts are drawn"),
+            ("algo.pass_rate_filter", cfg.algo.pass_rate_filter, "the next step's prompts would be drawn before "
+             "this step's pass rates are known"),
+            ("rollout.sleep_between_steps", cfg.rollout.sleep_between_steps, "the engine must stay awake to sample "
+             "during the update"),
+            ("rollout.tensor_parallel_size", cfg.rollout.tensor_parallel_size > 1, "a tensor-parallel group's "
+             "collectives cannot run in the background generation")) if on]
+        if conflicts:
+            k, why = conflicts[0]
+            raise ConfigError(f"rollout.staleness = {cfg.rollout.staleness} (asynchronous rollout) with {k}: {why}; "
+                              f"set rollout.staleness=0 or turn {k} off")
     if cfg.algo.policy_loss == "cispo" and cfg.algo.dual_clip is not None:
         raise ConfigError(f"algo.dual_clip = {cfg.algo.dual_clip} with algo.policy_loss = cispo: CISPO already "
                           "bounds its weight by clip_low/clip_high; set algo.dual_clip=null")

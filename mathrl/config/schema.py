@@ -176,6 +176,13 @@ class RolloutConfig:
     sleep_level: int = option(
         1, "vLLM sleep level for rollout.sleep_between_steps: 1 = offload the weights to CPU memory, 2 = drop "
         "them (less host memory; safe here because every step pushes all weights after waking).", ge=1, le=2)
+    staleness: int = option(
+        0, "Asynchronous rollout (one-step off-policy, as verl's one_step_off_policy): 0 = synchronous (sample "
+        "with the current weights, then update). 1 = the engine samples step n+1's batch while the trainer "
+        "updates on step n's, so each batch comes from weights exactly one optimizer step old; the gap is "
+        "corrected by algo.tis_cap (set it, e.g. 2.0) and shown in mismatch/*. Logs rollout/weight_version, "
+        "rollout/staleness, time/generate_async, time/generate_wait and time/generate_overlap_frac. The hf backend "
+        "then keeps its own copy of the weights (it cannot share the module being updated).", ge=0, le=1)
 
 
 @dataclass

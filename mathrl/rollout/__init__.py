@@ -9,13 +9,13 @@ package in an interpreter with another transformers version); backends import la
 
 from __future__ import annotations
 
-from mathrl.rollout.base import RolloutEngine
+from mathrl.rollout.base import PendingBatch, RolloutEngine
 from mathrl.rollout.batch import RolloutBatch, Sample, SamplingConfig, collate
 from mathrl.rollout.factory import BACKENDS, make_engine, resolve_backend
 from mathrl.rollout.sync import iter_full_parameters
 
 __all__ = [
-    "BACKENDS", "RolloutBatch", "RolloutEngine", "Sample", "SamplingConfig", "collate", "iter_full_parameters",
+    "BACKENDS", "PendingBatch", "RolloutBatch", "RolloutEngine", "Sample", "SamplingConfig", "collate", "iter_full_parameters",
     "make_engine", "resolve_backend", "HFRolloutEngine", "VLLMRolloutEngine",
 ]
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import abc
-from typing import Any, Iterable, Sequence
+import threading
+import time
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
@@ -44,6 +46,17 @@ class RolloutEngine(abc.ABC):
         under its current weights: one FloatTensor[len(response_ids[i])] per row. Used to check
         weight sync against the trainer on a fixed sequence."""
 
+    def submit(self, prompts: Prompts, n: int, sampling: SamplingConfig) -> "PendingBatch":
+        """Start `generate` in the background and return at once (asynchronous rollout,
+        ``rollout.staleness = 1``): the engine samples with the weights it holds now while the
+        caller trains. Until ``result()`` has returned, the caller must not call the engine again
+        (no `update_weights`, `generate` or `score`): the weights must not change under a running
+        generation. This default runs `generate` in one background thread, which suits both an
+        in-process engine (torch and vLLM release the GIL in their kernels) and the vLLM worker
+        process (the thread waits on its socket). An hf engine that shares the trainer's own
+        module must not be used this way (the update would change the weights mid-sample)."""
+        return PendingBatch(lambda: self.generate(prompts, n, sampling))
+
     def close(self) -> None:
         """Release the engine (processes, memory). Safe to call twice."""
 
@@ -81,3 +94,38 @@ class RolloutEngine(abc.ABC):
 def check_n(n: int) -> None:
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"n={n!r}: the number of samples per prompt must be an integer >= 1")
+
+
+class PendingBatch:
+    """A generation running in a background thread (:meth:`RolloutEngine.submit`).
+
+    ``result()`` waits for it and returns the `RolloutBatch` (or raises what `generate` raised);
+    ``seconds`` is then the generation's own wall time, from its start to its end, whether or not
+    the caller was waiting for it."""
+
+    def __init__(self, work: Callable[[], RolloutBatch]) -> None:
+        self.seconds = 0.0
+        self._batch: RolloutBatch | None = None
+        self._error: BaseException | None = None
+
+        def target() -> None:
+            t0 = time.perf_counter()
+            try:
+                self._batch = work()
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread by result()
+                self._error = exc
+            finally:
+                self.seconds = time.perf_counter() - t0
+
+        self._thread = threading.Thread(target=target, name="mathrl-rollout", daemon=True)
+        self._thread.start()
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def result(self) -> RolloutBatch:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._batch is not None
+        return self._batch

@@ -9,6 +9,8 @@ Layout of ``<output_dir>/checkpoints/step_000010/``::
     critic/              PPO only: backbone + value head (mathrl.models.value_head)
     ds_policy/ ds_critic/ DeepSpeed engine state: fp32 weights, optimizer, LR scheduler
     ref/                 iterative RL only: the reset reference model (safetensors)
+    rollout_ahead_rank<r>.pt  rollout.staleness = 1 only: rank r's batch already sampled for the
+                         next step (tensors and strings; read with weights_only=True)
     trainer_state.json   step, data position, metric history pointer, config
     MANIFEST.json        written last: every file with its size and SHA-256
 
@@ -36,6 +38,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from mathrl.algo.filtering import PassRateFilter
 from mathrl.config import Config, ConfigError
@@ -81,14 +85,15 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
-_RANK_FILE = re.compile(r"(?:^|_)zero_pp_rank_(\d+)_")
+_RANK_FILE = re.compile(r"(?:^|_)zero_pp_rank_(\d+)_|^rollout_ahead_rank(\d+)\.pt$")
 
 
 def file_owner(rel: str, world_size: int) -> int:
     """The rank that wrote (and hashes) a checkpoint file: DeepSpeed's per-rank shards
-    (``*zero_pp_rank_<r>_*``) belong to rank r, everything else to rank 0 (which wrote it)."""
+    (``*zero_pp_rank_<r>_*``) and the batches sampled ahead (``rollout_ahead_rank<r>.pt``, asynchronous
+    rollout) belong to rank r, everything else to rank 0 (which wrote it)."""
     m = _RANK_FILE.search(Path(rel).name)
-    r = int(m.group(1)) if m else 0
+    r = int(m.group(1) or m.group(2)) if m else 0
     return r if r < world_size else 0
 
 
@@ -259,6 +264,7 @@ class State:
     save_failures: int = 0      # checkpoint writes that failed (train.on_save_error = warn)
     prompts_used: int | None = None  # position in the training stream (None: step * batch_size)
     pass_filter: PassRateFilter = field(default_factory=PassRateFilter)  # algo.pass_rate_filter's history
+    ahead: dict[str, Any] | None = None  # this rank's batch sampled for the next step (rollout.staleness = 1)
 
 
 def save_checkpoint(cfg: Config, dist: DistInfo, models: Models, state: State, *, final: bool = False
@@ -310,6 +316,8 @@ def save_checkpoint(cfg: Config, dist: DistInfo, models: Models, state: State, *
     attempt(lambda: models.policy.save_checkpoint(str(tmp / "ds_policy"), tag="state", exclude_frozen_parameters=lora))
     if models.critic is not None:
         attempt(lambda: models.critic.save_checkpoint(str(tmp / "ds_critic"), tag="state"))
+    if state.ahead is not None:  # sampled with weights this checkpoint no longer holds: keep the batch itself
+        attempt(lambda: torch.save(state.ahead, tmp / ahead_file(dist.rank)))
     fault("ckpt_write", state.step)
 
     def write_main() -> None:
@@ -372,6 +380,10 @@ def save_checkpoint(cfg: Config, dist: DistInfo, models: Models, state: State, *
     return None
 
 
+def ahead_file(rank: int) -> str:
+    return f"rollout_ahead_rank{rank}.pt"
+
+
 def load_checkpoint(folder: Path, models: Models, state: State) -> None:
     """Restore weights, optimizer, scheduler and counters; every file is first checked against the
     manifest's SHA-256 and DeepSpeed's pickles are read with ``weights_only=True``."""
@@ -396,6 +408,11 @@ def load_checkpoint(folder: Path, models: Models, state: State) -> None:
     state.ref_step = int(saved.get("ref_step", 0))
     state.prompts_used = saved.get("prompts_used")  # None in older checkpoints: step * batch_size
     state.pass_filter.load_state_dict(saved.get("pass_filter", {}))
+    # asynchronous rollout: every rank takes its saved batch, or (another world size, a synchronous run's
+    # checkpoint) none does and the next step samples its own
+    ahead = folder / ahead_file(rank)
+    same = int(saved.get("world_size", world)) == world and ahead.is_file()
+    state.ahead = torch.load(ahead, weights_only=True) if all_ranks_ok(same) else None
     ref_file = folder / "ref" / "model.safetensors"
     if models.ref is not None and state.ref_step > 0:
         if not ref_file.is_file():

@@ -22,7 +22,9 @@ or nowhere), and whether a critic exists. Per step:
    (:func:`mathrl.train.update.update_policy` / ``update_critic`` on a
    :class:`~mathrl.train.update.TrainBatch`);
 7. push the new weights to the rollout engine; log; checkpoint
-   (:mod:`mathrl.train.checkpoint`);
+   (:mod:`mathrl.train.checkpoint`). With ``rollout.staleness = 1`` steps 1-3 of the
+   next step run during steps 4-6 on the weights before the update
+   (:mod:`mathrl.train.offpolicy`), and the push waits for them;
 8. iterative RL (``algo.ref_update_every = N``): every N steps the reference
    model becomes a copy of the current policy (DeepSeekMath sec. 4.2).
 
@@ -34,7 +36,8 @@ weight sync in :mod:`mathrl.train.models`; run start-up in
 
 Exact resume: the data order, sampling seeds and mini-batch shuffles are pure
 functions of (seed, step, rank), so a checkpoint needs only weights, optimizer,
-LR scheduler and the step counter.
+LR scheduler and the step counter (and the stream position, the pass-rate history and, with
+asynchronous rollout, the batch already sampled for the next step).
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from mathrl.data.splits import heldout_problems, load_training_problems
 from mathrl.train.engines import DistInfo, device, global_sum
 from mathrl.train.forward import agreed_plan, batch_logprobs, batch_values, plan_micro_batches
 from mathrl.train.metrics import process_stats
+from mathrl.train.offpolicy import OffPolicySampler
 from mathrl.train.models import Models, build_models, iterative_reference, make_rollout, reset_reference, sync_weights
 from mathrl.train.report import evaluate, main_only, write_report
 from mathrl.train.sampling import sample_records, sample_step, sampling_seed
@@ -81,12 +85,14 @@ def compute_advantages(cfg: Config, scores: torch.Tensor, group_index: torch.Ten
 
 
 def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, state: State,
-               loss_sign: float = 1.0, sample_log=None) -> dict[str, float]:
+               loss_sign: float = 1.0, sample_log=None, sampler: OffPolicySampler | None = None) -> dict[str, float]:
     """One RL step (see the module docstring).
 
     ``loss_sign=-1`` flips the policy gradient (a test hook showing that learning
     depends on the gradient's direction); ``sample_log(step, records)`` receives
-    ``logging.log_samples`` of this rank's completions (``rollouts.jsonl``)."""
+    ``logging.log_samples`` of this rank's completions (``rollouts.jsonl``). ``sampler``
+    (``rollout.staleness = 1``) gives the batch sampled during the previous step and samples the next
+    one during this step's update (:mod:`mathrl.train.offpolicy`)."""
     from mathrl.rollout import colocate
     from mathrl.train.faults import fault
 
@@ -98,7 +104,10 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
 
     # 1-3. this rank's problems, G sampled responses each, graded and scored (with algo.dynamic_sampling:
     #      more rounds until every rank has its share of groups whose rewards differ)
-    s = sample_step(cfg, dist, models.tokenizer, rollout, problems, state)
+    if sampler is None:
+        s = sample_step(cfg, dist, models.tokenizer, rollout, problems, state)
+    else:  # asynchronous: the batch sampled (with the weights one step old) while the last step trained
+        s = sampler.take(state)
     times = dict(s.times)
     batch = s.batch
     mask = batch.response_mask.bool()
@@ -169,7 +178,10 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
                 bad += [f"{where}: {problem}"] if problem else []
     times["train"] = time.perf_counter() - t0
 
-    # 7. weights -> rollout engine (colocated schedule: wake the weights first)
+    # 7. weights -> rollout engine (colocated schedule: wake the weights first; asynchronous rollout:
+    #    the next step's generation, which ran during the update, ends first)
+    if sampler is not None:
+        times.update(sampler.wait())
     wake = colocate.before_sync(rollout)
     if wake:  # time/wake = both wakes of the step
         times["wake"] = times.get("wake", 0.0) + wake.pop("wake")
@@ -185,6 +197,8 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
     if bad:
         metrics["bad_reason"] = "; ".join(bad)
     metrics.update({f"time/{k}": v for k, v in times.items()})
+    if times.get("generate_async"):  # the share of the next step's generation hidden behind this update
+        metrics["time/generate_overlap_frac"] = 1.0 - min(times["generate_wait"] / times["generate_async"], 1.0)
     metrics["time/step"] = time.perf_counter() - t_step
     metrics["throughput/tokens_per_s"] = batch.num_tokens / max(metrics["time/step"], 1e-9)
     return metrics
@@ -213,6 +227,13 @@ def run(cfg: Config, *, loss_sign: float = 1.0, problems=None) -> int:
     state = State(pass_filter=PassRateFilter(window=cfg.algo.pass_rate_filter))
     resume_from, logger = resume_and_log(cfg, dist, out, models, state)
     rollout = make_rollout(cfg, models)
+    sampler = OffPolicySampler(cfg, dist, models.tokenizer, rollout, problems) if cfg.rollout.staleness else None
+    if sampler is not None and cfg.algo.tis_cap is None and dist.is_main:
+        print("mathrl: warning: rollout.staleness = 1 without algo.tis_cap: the batches come from weights one step "
+              "old and nothing corrects for it beyond the PPO clip; set algo.tis_cap (2.0 is usual)",
+              file=sys.stderr, flush=True)
+    if sampler is not None:
+        sampler.load_state_dict(state.ahead)  # the batch a checkpoint saved for its next step
     show = cfg.logging.show_samples
 
     def sample_log(step: int, records: list) -> None:  # rollouts.jsonl, and a console table every N steps
@@ -228,8 +249,9 @@ def run(cfg: Config, *, loss_sign: float = 1.0, problems=None) -> int:
             logger.log(0, before, event="eval")
         while state.step < cfg.train.steps:
             metrics = train_step(cfg, dist, models, rollout, problems, state, loss_sign=loss_sign,
-                                 sample_log=sample_log if dist.is_main else None)
+                                 sample_log=sample_log if dist.is_main else None, sampler=sampler)
             state.step += 1
+            state.ahead = sampler.state_dict() if sampler is not None else None
             state.bad_steps = state.bad_steps + 1 if metrics["bad_step"] else 0
             if iterative_reference(cfg, models) and state.step % cfg.algo.ref_update_every == 0:
                 t0 = time.perf_counter()
@@ -269,5 +291,7 @@ def run(cfg: Config, *, loss_sign: float = 1.0, problems=None) -> int:
             write_report(out, before, after)
     finally:
         logger.close()
+        if sampler is not None:
+            sampler.close()
         rollout.close()
     return 0

@@ -174,13 +174,15 @@ def reset_reference(models: Models) -> int:
 
 def make_rollout(cfg: Config, models: Models):
     """The rollout engine. The hf backend shares the trainer's module when it is not ZeRO-3
-    sharded (no second copy of the weights, nothing to sync); vLLM gets weights pushed."""
+    sharded and rollout is synchronous (no second copy of the weights, nothing to sync); vLLM gets
+    weights pushed."""
     from mathrl.rollout import make_engine, resolve_backend
 
     backend, _why = resolve_backend(cfg.rollout.backend, cfg.rollout.vllm_python)
     kwargs: dict[str, Any] = {}
     if backend == "hf":
-        if models.policy.zero_optimization_stage() < 3:
+        # asynchronous rollout samples while the trainer updates: the engine needs its own copy then
+        if models.policy.zero_optimization_stage() < 3 and not cfg.rollout.staleness:
             kwargs["model"] = models.policy.module
         kwargs["device"] = device()
     else:

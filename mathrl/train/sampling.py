@@ -130,6 +130,64 @@ def sample_step(cfg: Config, dist: DistInfo, tokenizer, rollout, problems: list,
     return out
 
 
+@dataclass
+class Request:
+    """What one generation call of step ``step`` asks for on this rank: the problems (and their indices
+    in the training set), their rendered prompts and the sampling parameters with the step's seed."""
+
+    step: int
+    problems: list
+    indices: list[int]
+    prompts: list[str]
+    sampling: Any                   # mathrl.rollout.SamplingConfig
+
+
+def make_request(cfg: Config, dist: DistInfo, tokenizer, problems: list, step: int,
+                 indices: list[int] | None = None, seed: int | None = None) -> Request:
+    """Step 1: the problems of step ``step`` (0-based; this rank's share of the stream, or ``indices``),
+    their prompts (chat template) and the sampling parameters (the step's seed, or ``seed``)."""
+    from mathrl.data import render_prompt
+    from mathrl.data.splits import step_indices
+    from mathrl.rollout import SamplingConfig
+
+    t, r = cfg.train, cfg.rollout
+    per_rank = t.batch_size // dist.world_size
+    if indices is None:
+        idx = step_indices(len(problems), step, t.batch_size, t.seed, cfg.data.shuffle)
+        indices = idx[dist.rank * per_rank:(dist.rank + 1) * per_rank]
+    batch_problems = [problems[i] for i in indices]
+    prompts = [render_prompt(p, tokenizer, cfg.data.template) for p in batch_problems]
+    sampling = SamplingConfig(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_tokens=r.max_tokens,
+                              stop=stop_strings(cfg), seed=sampling_seed(cfg, step, dist.rank) if seed is None else seed)
+    return Request(step=step, problems=batch_problems, indices=list(indices), prompts=prompts, sampling=sampling)
+
+
+def grade_and_score(cfg: Config, req: Request, batch, times: dict[str, float]) -> Sampled:
+    """Step 3: grade the responses of ``batch`` (the rollout of ``req``; verifier worker processes, hard
+    timeouts) and turn the grades into rewards (``reward.*`` terms). ``times`` gets ``grade``."""
+    from mathrl.reward import grade_batch
+    from mathrl.reward.rewards import RewardContext, compute_rewards, needs_grades, reward_terms
+
+    r = cfg.rollout
+    G = r.n
+    t0 = time.perf_counter()
+    truncated = [f == "length" for f in batch.finish_reason]
+    golds = [p.gold for p in req.problems for _ in range(G)]
+    terms = reward_terms(cfg)  # reward.terms, or the reward.function shorthand
+    grades = None
+    if needs_grades(terms):
+        grades = grade_batch(batch.response_text, golds, timeout=cfg.reward.timeout, workers=cfg.reward.workers,
+                             truncated=truncated, rel_tol=cfg.reward.rel_tol)
+    ctx = RewardContext(responses=batch.response_text, grades=grades, truncated=truncated,
+                        lengths=[int(n) for n in batch.response_mask.sum(1)], max_length=r.max_tokens, golds=golds)
+    score_list = compute_rewards(terms, ctx)
+    correct = [g.correct for g in grades] if grades is not None else [x > 0 for x in score_list]
+    times["grade"] = time.perf_counter() - t0
+    return Sampled(problems=req.problems, batch=batch, golds=golds, truncated=truncated, grades=grades,
+                   scores=torch.tensor(score_list, dtype=torch.float32), correct=correct, times=times,
+                   indices=list(req.indices))
+
+
 def sample_and_grade(cfg: Config, dist: DistInfo, tokenizer, rollout, problems: list, step: int,
                      indices: list[int] | None = None, seed: int | None = None) -> Sampled:
     """Draw the problems of step ``step`` (0-based; this rank's share), sample ``rollout.n`` responses
@@ -142,53 +200,23 @@ def sample_and_grade(cfg: Config, dist: DistInfo, tokenizer, rollout, problems: 
     reward is > 0. Used by the RL loop and the ablation methods, so they see the same problems, prompts
     and samples at the same step.
     """
-    from mathrl.data import render_prompt
-    from mathrl.data.splits import step_indices
-    from mathrl.reward import grade_batch
-    from mathrl.reward.rewards import RewardContext, compute_rewards, needs_grades, reward_terms
-    from mathrl.rollout import SamplingConfig, colocate
+    from mathrl.rollout import colocate
     from mathrl.train.faults import fault
 
-    t, r = cfg.train, cfg.rollout
-    G = r.n
-    times: dict[str, float] = {}
-
     # 1. the problems of this step (this rank's share) and their prompts
-    per_rank = t.batch_size // dist.world_size
-    if indices is None:
-        idx = step_indices(len(problems), step, t.batch_size, t.seed, cfg.data.shuffle)
-        indices = idx[dist.rank * per_rank:(dist.rank + 1) * per_rank]
-    batch_problems = [problems[i] for i in indices]
-    prompts = [render_prompt(p, tokenizer, cfg.data.template) for p in batch_problems]
+    req = make_request(cfg, dist, tokenizer, problems, step, indices=indices, seed=seed)
 
     # 2. G responses per prompt (colocated schedule, rollout.sleep_between_steps: wake the KV cache
     #    before, sleep after; both no-ops without it)
-    times.update(colocate.before_generate(rollout))
+    times: dict[str, float] = dict(colocate.before_generate(rollout))
     t0 = time.perf_counter()
-    sampling = SamplingConfig(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_tokens=r.max_tokens,
-                              stop=stop_strings(cfg), seed=sampling_seed(cfg, step, dist.rank) if seed is None else seed)
-    batch = rollout.generate(prompts, G, sampling)
+    batch = rollout.generate(req.prompts, cfg.rollout.n, req.sampling)
     times["generate"] = time.perf_counter() - t0
     times.update(colocate.after_generate(rollout))
     fault("generate", step + 1)
 
     # 3. grade (verifier worker processes, hard timeouts) and reward
-    t0 = time.perf_counter()
-    truncated = [f == "length" for f in batch.finish_reason]
-    golds = [p.gold for p in batch_problems for _ in range(G)]
-    terms = reward_terms(cfg)  # reward.terms, or the reward.function shorthand
-    grades = None
-    if needs_grades(terms):
-        grades = grade_batch(batch.response_text, golds, timeout=cfg.reward.timeout, workers=cfg.reward.workers,
-                             truncated=truncated, rel_tol=cfg.reward.rel_tol)
-    ctx = RewardContext(responses=batch.response_text, grades=grades, truncated=truncated,
-                        lengths=[int(n) for n in batch.response_mask.sum(1)], max_length=r.max_tokens, golds=golds)
-    score_list = compute_rewards(terms, ctx)
-    correct = [g.correct for g in grades] if grades is not None else [x > 0 for x in score_list]
-    times["grade"] = time.perf_counter() - t0
-    return Sampled(problems=batch_problems, batch=batch, golds=golds, truncated=truncated, grades=grades,
-                   scores=torch.tensor(score_list, dtype=torch.float32), correct=correct, times=times,
-                   indices=list(indices))
+    return grade_and_score(cfg, req, batch, times)
 
 
 def sample_records(s: Sampled, advantages: torch.Tensor, mask: torch.Tensor, k: int) -> list[dict[str, Any]]:
