@@ -9,6 +9,9 @@ Sets (reported separately; external sets are labelled by others, not by this pro
                SkyRL, hendrycks/math, TRL, verl, open-r1); pairs whose label a reasonable grader could
                dispute are left out (listed with the reason in the file). The holdout part was not
                looked at while the verifier was changed.
+  peers fresh  eval/verifier_sets/peers_fresh.jsonl: 262 pairs from the tests of 10 further projects
+               (inspect_ai, sieval, NeMo-RL, rllm, tinker-cookbook, open-instruct, verifiers, ...), added
+               on 2026-12-01 after the holdout had been looked at; debatable pairs left out.
   model gsm8k / model math500 / model synthetic
                eval/verifier_sets/model_outputs_*.jsonl: SmolLM2-135M-Instruct samples on GSM8K test,
                MATH-500 and the demo's synthetic task (before and after training), labelled by reading
@@ -204,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     sets: list[tuple[str, list]] = [("own (cases.jsonl)", labelled_file(Path(args.cases)))]
     vs = Path(args.sets_dir)
     for name, file, split in (("peers dev", "peers.jsonl", "dev"), ("peers holdout", "peers.jsonl", "holdout"),
+                              ("peers fresh", "peers_fresh.jsonl", None),
                               ("model gsm8k", "model_outputs_gsm8k.jsonl", None),
                               ("model math500", "model_outputs_math500.jsonl", None),
                               ("model synthetic", "model_outputs_synthetic.jsonl", None)):

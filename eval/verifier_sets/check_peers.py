@@ -1,6 +1,9 @@
-"""Validate eval/verifier_sets/peers.jsonl and print counts.
+"""Validate eval/verifier_sets/peers.jsonl (or peers_fresh.jsonl) and print counts.
 
 Usage: python eval/verifier_sets/check_peers.py [path/to/peers.jsonl]
+The path defaults to peers.jsonl. For a file whose name ends in ``_fresh.jsonl``
+(the fresh external set) every record must have split "fresh"; otherwise the
+split must follow the sha1 dev/holdout rule.
 Exits non-zero if any record breaks the schema or the split rule.
 """
 
@@ -35,7 +38,12 @@ def expected_split(rid: str) -> str:
     return "holdout" if int(hashlib.sha1(rid.encode()).hexdigest(), 16) % 10 < 3 else "dev"
 
 
+def is_fresh_file(path: Path) -> bool:
+    return path.name.endswith("_fresh.jsonl")
+
+
 def main(path: Path) -> int:
+    fresh = is_fresh_file(path)
     errors: list[str] = []
     rows = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
@@ -68,7 +76,10 @@ def main(path: Path) -> int:
             errors.append(f"line {n}: bad source {rec['source']!r}")
         if rec["kind"] not in KINDS:
             errors.append(f"line {n}: unknown kind {rec['kind']!r}")
-        if rec["split"] != expected_split(rec["id"]):
+        if fresh:
+            if rec["split"] != "fresh":
+                errors.append(f"line {n}: split {rec['split']!r}, want 'fresh' in {path.name}")
+        elif rec["split"] != expected_split(rec["id"]):
             errors.append(f"line {n}: split {rec['split']!r} breaks the sha1 rule for {rec['id']}")
         if rec["debatable"] != bool(rec["debatable_why"].strip()):
             errors.append(f"line {n}: debatable={rec['debatable']} but debatable_why={rec['debatable_why']!r}")
@@ -91,18 +102,26 @@ def main(path: Path) -> int:
     for r in recs:
         repo = r.get("source", "?").split(":", 1)[0]
         by_src[repo][r.get("label")] += 1
-        by_src[repo]["holdout" if r.get("split") == "holdout" else "dev"] += 1
+        by_src[repo][r.get("split") if r.get("split") in ("holdout", "fresh") else "dev"] += 1
         by_src[repo]["debatable"] += bool(r.get("debatable"))
-    print(f"{'source repo':36} {'total':>5} {'true':>5} {'false':>5} {'dev':>5} {'hold':>5} {'debat':>5}")
-    for repo, c in sorted(by_src.items(), key=lambda kv: -(kv[1][True] + kv[1][False])):
-        print(f"{repo:36} {c[True] + c[False]:5} {c[True]:5} {c[False]:5} {c['dev']:5} {c['holdout']:5} {c['debatable']:5}")
+    if fresh:
+        print(f"{'source repo':46} {'total':>5} {'true':>5} {'false':>5} {'debat':>5}")
+        for repo, c in sorted(by_src.items(), key=lambda kv: -(kv[1][True] + kv[1][False])):
+            print(f"{repo:46} {c[True] + c[False]:5} {c[True]:5} {c[False]:5} {c['debatable']:5}")
+    else:
+        print(f"{'source repo':36} {'total':>5} {'true':>5} {'false':>5} {'dev':>5} {'hold':>5} {'debat':>5}")
+        for repo, c in sorted(by_src.items(), key=lambda kv: -(kv[1][True] + kv[1][False])):
+            print(f"{repo:36} {c[True] + c[False]:5} {c[True]:5} {c[False]:5} {c['dev']:5} {c['holdout']:5} {c['debatable']:5}")
     lab = collections.Counter(r.get("label") for r in recs)
     spl = collections.Counter(r.get("split") for r in recs)
     print(f"labels: true={lab[True]} false={lab[False]} ({100 * lab[False] / max(len(recs), 1):.1f}% false)")
-    print(f"splits: dev={spl['dev']} holdout={spl['holdout']} ({100 * spl['holdout'] / max(len(recs), 1):.1f}% holdout)")
-    for split in ("dev", "holdout"):
-        c = collections.Counter(r.get("label") for r in recs if r.get("split") == split)
-        print(f"  {split}: true={c[True]} false={c[False]}")
+    if fresh:
+        print(f"splits: fresh={spl['fresh']}")
+    else:
+        print(f"splits: dev={spl['dev']} holdout={spl['holdout']} ({100 * spl['holdout'] / max(len(recs), 1):.1f}% holdout)")
+        for split in ("dev", "holdout"):
+            c = collections.Counter(r.get("label") for r in recs if r.get("split") == split)
+            print(f"  {split}: true={c[True]} false={c[False]}")
     print(f"debatable: {sum(bool(r.get('debatable')) for r in recs)}")
     print("kinds: " + ", ".join(f"{k}={v}" for k, v in collections.Counter(r.get('kind') for r in recs).most_common()))
     print(f"pairs also found in other sources: {sum(1 for r in recs if r.get('also_in'))}")

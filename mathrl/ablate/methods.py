@@ -226,6 +226,12 @@ def run_method(method: str, cfg: Config, *, rft_opts: dict | None = None, task=N
         cfg = _with_reward_terms(cfg, task.reward_terms)
     problems = task.train_problems if task.train_problems is not None else load_training_problems(cfg)
     if method in ("rft", "online_rft"):
+        if cfg.rollout.staleness:
+            from mathrl.config import ConfigError
+
+            raise ConfigError(f"rollout.staleness = {cfg.rollout.staleness} with method {method}: asynchronous "
+                              "rollout is a GRPO/PPO option (RFT samples and fine-tunes in turn); set "
+                              "rollout.staleness=0 for this run")
         o = rft_opts or {}
         return run_sft_method(cfg, online=method == "online_rft", dedup=o.get("dedup", True),
                               max_per_problem=o.get("max_per_problem"), problems=problems)

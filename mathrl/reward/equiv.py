@@ -267,6 +267,10 @@ def nodes_equal(g, r, fast: bool = False) -> bool:
             from mathrl.reward.normalize import parse_node
 
             return nodes_equal(parse_node(g.rhs, False, False, 1), r, fast)
+        if g.op == "=" and not g.extra and is_var(g.rhs):  # the value first: '2 = x'
+            from mathrl.reward.normalize import parse_node
+
+            return nodes_equal(parse_node(g.lhs, False, False, 1), r, fast)
         return False
     if isinstance(g, Relation) and isinstance(r, Relation):
         return _relations_equal(g, r, fast)

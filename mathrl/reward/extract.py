@@ -7,7 +7,8 @@ Policy (tested in tests/reward/test_reward_extract.py and test_reward_generalisa
 1. ``\\boxed{...}`` / ``\\fbox{...}`` (nested braces; also the brace-less ``\\boxed 5``, which takes
    the token up to the next space or ``$``: ``\\boxed -3/4$`` is ``-3/4``; see :mod:`mathrl.latex`).
    An unclosed box (the text was cut inside it) is ignored.
-2. ``#### N`` (GSM8K style), up to the end of its line.
+2. ``#### N`` (GSM8K style), up to the end of its line; ``<answer>N</answer>`` (the R1 output format,
+   after ``<think>...</think>``).
 3. A phrase: "final answer: X", "the final answer is X", "the answer is X", "Answer: X", and the same
    in Chinese (答案是), French (réponse), Spanish, German, Portuguese, Italian and Russian. X runs to
    the end of the sentence or line (a decimal point is not a sentence end); when X is a sentence
@@ -31,7 +32,11 @@ of all solutions, still is.
    ``3+2``, ``(p,q)=(3,2)``, ``2 million``, ``10weeks``, ``$odd$``) is the answer as a whole (``bare``).
 5. ``**bold**`` text in the last paragraph that contains a digit or a LaTeX command.
 6. The right-hand side of the last display/inline math span of the last paragraph, if it ends after
-   the last number; else the last number (a time of day such as ``7:30 pm`` counts as one number).
+   the last number; else the last number (a time of day such as ``7:30 pm`` counts as one number),
+   except that a number inside a trailing comparison clause of the last sentence ("12 apples, which
+   is 3 more than 9", "12 apples, 3 more than Tom") is the compared quantity: the number before the
+   clause is taken; and a last number that is the bound of an inequality or comparison ("$a > 2$",
+   "less than or equal to $1$") is no answer at all.
 
 Steps 4-6 apply only to a finished response: not when the sampler cut it at the length limit
 (``truncated=True``), not when it visibly stops mid-sentence (it ends on an operator, an open
@@ -66,6 +71,7 @@ class Extraction:
 
 
 _HASH_RE = re.compile(r"####\s*([^\n]*)")
+_TAG_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)  # DeepSeek-R1 style output format
 _PHRASE_RE = re.compile(
     r"(?:final\s+answer\s*(?:is|:|=)|the\s+answer\s+is|\banswer\s*:"
     r"|答案\s*(?:是|为|為|:|：)|最终答案\s*(?:是|为|:|：)?"
@@ -203,7 +209,7 @@ _DANGLING_WORDS = {"a", "an", "the", "and", "or", "of", "to", "by", "is", "are",
 _WORD_RE = re.compile(r"[^\W\d_]{3,}")  # a word of three or more letters (any script)
 # words in a line of math: function names, and runs of capitals (segment and point names: AB, CD)
 _MATH_WORDS = {"sin", "cos", "tan", "cot", "sec", "csc", "log", "exp", "max", "min", "gcd", "lcm", "mod",
-               "det", "deg", "arcsin", "arccos", "arctan", "sinh", "cosh", "tanh"}
+               "det", "deg", "arcsin", "arccos", "arctan", "sinh", "cosh", "tanh", "sqrt", "ln", "pi", "abs", "eq"}
 _TALK_RE = re.compile(r"(?<![\\A-Za-z])(?=[A-Za-z]*[a-z])[A-Za-z]{2,}")
 _SCALE_OR_UNIT_TAIL = re.compile(r"^(?:[^\W\d_]+\.?)(?:\^\{?\d\}?|[²³])?$")
 
@@ -260,6 +266,35 @@ def _last_sentence(text: str) -> str:
     t = text.rstrip()
     cut = max(t.rfind(". ", 0, len(t) - 1), t.rfind("\n", 0, len(t) - 1))
     return t[cut + 1:]
+
+
+# a clause after the answer that compares it with another quantity: "12 apples, which is 3 more than 9",
+# "12 apples, 3 more than Tom", "24, twice as many as before"
+_COMPARISON_RE = re.compile(
+    r",\s*(?:(?:which|that|this)\s+(?:is|was|are|were|makes)\s+)?[^,.;]{0,30}?\b(?:more|less|fewer|greater|larger|"
+    r"smaller|bigger|higher|lower)\s+than\b|,\s*(?:which|that|this)\s+(?:is|was|are|were)\s+[^,.;]{0,20}?\b(?:twice|"
+    r"times|half)\b|,\s*(?:twice|\w+\s+times)\s+as\s+(?:many|much)\b", re.IGNORECASE)
+
+
+def _number_before_comparison(sentence: str) -> str | None:
+    """The last number before a trailing comparison clause of ``sentence`` ("The total is 12 apples,
+    which is 3 more than 9." -> "12"): the numbers inside the clause are the compared quantities, not
+    the answer. None when the sentence has no such clause or no number before it."""
+    m = _COMPARISON_RE.search(sentence)
+    if m is None:
+        return None
+    before = list(_NUMBER_RE.finditer(sentence, 0, m.start()))
+    return before[-1].group(0).replace(" ", "") if before else None
+
+
+# what makes the number after it a bound, not a value: "x > 2", "\\geq 3", "less than or equal to $1$"
+_BOUND_BEFORE_RE = re.compile(r"(?:[<>≤≥]|\\(?:geq?|leq?|gt|lt|ge|le)\b|\b(?:more|less|fewer|greater|larger|smaller)\s+"
+                              r"than(?:\s+or\s+equal\s+to)?)[\s${]*$", re.IGNORECASE)
+
+
+def _is_bound(text: str, start: int) -> bool:
+    """Whether the number starting at ``start`` is the bound of an inequality or comparison."""
+    return _BOUND_BEFORE_RE.search(text, max(0, start - 40), start) is not None
 
 
 def _ends_mid_sentence(text: str) -> bool:
@@ -360,6 +395,9 @@ def extract_answer(response: str, truncated: bool = False) -> Extraction:
         ans = _strip_wrappers(hashes[-1].group(1))
         if ans:
             marks.append((hashes[-1].start(), Extraction(ans, "hash")))
+    tags = [m for m in _TAG_RE.finditer(text) if _strip_wrappers(m.group(1))]
+    if tags:
+        marks.append((tags[-1].start(), Extraction(_strip_wrappers(tags[-1].group(1)), "tag")))
     phrase = _phrase_answer(text, after=boxes[-1][0] if boxes else -1)  # after a box, only to override it
     if phrase is not None:
         marks.append((phrase[0], Extraction(phrase[1], "phrase")))
@@ -390,8 +428,13 @@ def extract_answer(response: str, truncated: bool = False) -> Extraction:
         end, body = span
         if not nums or offset + end >= nums[-1].end():
             ans = _strip_wrappers(body)  # '4 \\cdot 3 = 12' stays whole: equivalence reads the right side
+            if ans and _is_bound(text, text.rfind(body, 0, offset + end)):
+                return Extraction(None, "none")  # "less than or equal to $1$": a bound, not a value
             if ans:
                 return Extraction(ans, "math")
     if nums:
-        return Extraction(nums[-1].group(0).replace(" ", ""), "last_number")
+        stated = _number_before_comparison(_last_sentence(last_para))
+        if stated is None and _is_bound(text, nums[-1].start()):
+            return Extraction(None, "none")  # "a > 2", "less than or equal to $1$": a bound, not a value
+        return Extraction(stated or nums[-1].group(0).replace(" ", ""), "last_number")
     return Extraction(None, "none")

@@ -41,11 +41,19 @@ def _verdict(ok: bool, extracted: str) -> Grade:
     return Grade(True, extracted, "ok") if ok else Grade(False, extracted, "mismatch")
 
 
+def _same_text(response: str, gold: str, truncated: bool) -> bool:
+    """A finished response that is the gold itself, up to whitespace ("odd $n$" for "odd $n$"): right
+    whatever the gold's form (a sentence with conditions, a named formula) and whether or not it parses."""
+    return not truncated and " ".join(response.split()) == " ".join(gold.split()) != ""
+
+
 def fast_grade(response: str, gold: str, truncated: bool = False, rel_tol: float = 0.0) -> Grade | None:
     """Grade without sympy when that is decisive; None when the full path is needed."""
     try:
         if not isinstance(response, str) or not isinstance(gold, str):
             return None
+        if _same_text(response, gold, truncated):
+            return Grade(True, response.strip(), "ok")
         ex = extract_answer(response, truncated)
         if ex.answer is None:
             return Grade(False, None, "no_answer")
@@ -66,6 +74,8 @@ def grade_local(response: str, gold: str, truncated: bool = False, rel_tol: floa
             return Grade(False, None, "error")
         if not isinstance(gold, str) or not gold.strip():
             return Grade(False, None, "error")
+        if _same_text(response, gold, truncated):
+            return Grade(True, response.strip(), "ok")
         ex = extract_answer(response, truncated)
         extracted = ex.answer
         if extracted is None:

@@ -273,6 +273,14 @@ def guard(s: str) -> None:
         if j < len(s) and s[j] == "{":
             arg = _brace_arg(s, j)
             exp = arg[0] if arg else s[j:]
+        elif j < len(s) and s[j] == "(":  # a parenthesised exponent: (10**9)**(10**9)
+            k, d = j, 0
+            while k < len(s):
+                d += (s[k] == "(") - (s[k] == ")")
+                if d == 0:
+                    break
+                k += 1
+            exp = s[j:k + 1]
         else:
             mm = re.match(r"[-+]?\d+|\\?[A-Za-z]+|.", s[j:])
             exp = mm.group(0) if mm else ""
@@ -334,6 +342,20 @@ _PERCENT = re.compile(r"\\%|%|\bpercent\b")
 _CURRENCY = re.compile(r"\\\$|\$|€|£|¥|\bUSD\b|\bdollars?\b|\bcents?\b|\beuros?\b")
 _TEXT_CMDS = ("text", "textbf", "textit", "textrm", "textsf", "texttt", "mbox", "mathrm", "mathbf",
               "mathit", "mathsf", "mathtt", "boldsymbol", "bm", "hbox", "emph", "textnormal")
+def _sympy_eq(s: str) -> str:
+    """sympy's printed equation ``Eq(lhs, rhs)`` as ``lhs = rhs`` (the comma at depth 0 of the call)."""
+    m = re.fullmatch(r"\s*Eq\s*\((.*)\)\s*", s, re.DOTALL)
+    if m is None:
+        return s
+    depth = 0
+    for i, ch in enumerate(m.group(1)):
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if ch == "," and depth == 0:
+            return f"{m.group(1)[:i].strip()} = {m.group(1)[i + 1:].strip()}"
+    return s
+
+
 def clean(s: str) -> tuple[str, bool, bool]:
     """Clean an answer string; returns (text, had_percent, had_degree).
 
@@ -354,6 +376,7 @@ def clean(s: str) -> tuple[str, bool, bool]:
     for a, b in _UNICODE.items():
         s = s.replace(a, b)
     s = s.strip()
+    s = _sympy_eq(s)
     for _ in range(3):
         for a, b in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
             if s.startswith(a) and s.endswith(b) and len(s) >= len(a) + len(b):

@@ -14,7 +14,9 @@ pair counts as equal if math-verify says so. The rule, in full:
   them as exact rationals, where math-verify rounds (it would accept 0.333333 for 1/3);
 * the answer is hedged (several different final answers: credit only when all are right) or
   missing (no committed answer: math-verify's own extraction would pick a number from the text);
-* either string is longer than :data:`MAX_CHARS` (no gold is; hostile output is).
+* either string is longer than :data:`MAX_CHARS` (no gold is; hostile output is);
+* either side is sympy's printed equation ``Eq(a, b)``, which math-verify's LaTeX parser reads as a
+  product with a tuple (it credited ``Eq(x**2/16 + y**2/12, 1)`` for ``Eq(x**2/4 + y**2/3, 1)``).
 
 math-verify's own ``signal.alarm`` timeouts are off (``parsing_timeout=None``,
 ``timeout_seconds=None``): this runs inside a grading worker, whose hard kill is the limit.
@@ -32,6 +34,7 @@ from mathrl.reward.numbers import exact_number
 __all__ = ["MAX_CHARS", "second_opinion_applies", "math_verify_equal"]
 
 MAX_CHARS = 1000
+_SYMPY_EQ = re.compile(r"(?<![A-Za-z\\])Eq\s*\(")
 
 
 def enabled() -> bool:
@@ -42,6 +45,8 @@ def enabled() -> bool:
 def second_opinion_applies(gold: str, answer: str | None, hedged: bool = False) -> bool:
     if not enabled() or answer is None or hedged or len(gold) > MAX_CHARS or len(answer) > MAX_CHARS:
         return False
+    if _SYMPY_EQ.search(gold) or _SYMPY_EQ.search(answer):
+        return False  # math-verify reads sympy's Eq(a, b) as E * q * (a, b); mathrl reads it as a = b
     g, r = clean(gold)[0], clean(answer)[0]
     if exact_number(g) is not None and exact_number(r) is not None:
         return False

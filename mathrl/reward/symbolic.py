@@ -27,6 +27,51 @@ DIGITS = 60
 REL_TOL: ContextVar[float] = ContextVar("mathrl_rel_tol", default=0.0)
 
 
+# functions written the way programs and CAS print them: sqrt(3), sin(pi*x/5), ln(a), exp(-x), abs(x)
+_PLAIN_FN = re.compile(r"(?<![\\A-Za-z])(sqrt|arcsin|arccos|arctan|sinh|cosh|tanh|sin|cos|tan|cot|sec|csc|ln|log|"
+                       r"exp|abs)\s*\(")
+
+
+def _closing(t: str, i: int) -> int:
+    """Index of the ')' that closes the '(' at ``i`` (-1 when none)."""
+    depth = 0
+    for j in range(i, len(t)):
+        if t[j] == "(":
+            depth += 1
+        elif t[j] == ")":
+            depth -= 1
+            if depth == 0:
+                return j
+    return -1
+
+
+def plain_to_latex(t: str) -> str:
+    """Plain-text function calls as LaTeX: ``sqrt(x)`` -> ``\\sqrt{x}``, ``sin(x)`` ->
+    ``\\sin\\left(x\\right)``, ``exp(x)`` -> ``e^{x}``, ``abs(x)`` -> ``\\left|x\\right|``, and a
+    parenthesised exponent ``e^(-8*x)`` -> ``e^{(-8*x)}``; text without them is returned unchanged."""
+    for _ in range(64):  # bounded: each pass rewrites one call
+        m = _PLAIN_FN.search(t)
+        if m is None:
+            break
+        i = m.end() - 1
+        j = _closing(t, i)
+        if j < 0:
+            break
+        name, arg = m.group(1), t[i + 1:j]
+        pre, post = {"sqrt": ("\\sqrt{", "}"), "abs": ("\\left|", "\\right|"), "exp": ("e^{", "}")}.get(
+            name, ("\\" + name + "\\left(", "\\right)"))
+        t = t[:m.start()] + pre + arg + post + t[j + 1:]
+    for _ in range(64):
+        k = t.find("^(")
+        if k < 0:
+            break
+        j = _closing(t, k + 1)
+        if j < 0:
+            break
+        t = t[:k] + "^{" + t[k + 1:j + 1] + "}" + t[j + 1:]
+    return t
+
+
 @lru_cache(maxsize=4096)
 def to_sympy(text: str):
     """Parse a cleaned scalar with latex2sympy; decimals become exact fractions."""
@@ -34,7 +79,7 @@ def to_sympy(text: str):
     from latex2sympy2_extended.latex2sympy2 import NormalizationConfig, latex2sympy
     import sympy
 
-    t = text
+    t = plain_to_latex(text)
     t = re.sub(r"(?<![\\A-Za-z])pi\b", r"\\pi ", t)
     t = re.sub(r"(?<![\\A-Za-z])(?:infinity|inf)\b", r"\\infty ", t)
     t = t.replace("**", "^")

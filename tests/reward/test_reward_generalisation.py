@@ -191,16 +191,25 @@ def _score(rows: list[dict]) -> tuple[float, int, int]:
 
 def test_accuracy_on_other_graders_suites():
     """Labelled pairs from 12 other graders' public test suites (dev part; debatable labels excluded).
-    Measured: 99.3% (0 false positives, 2 false negatives out of 294)."""
+    Measured: 99.7% (0 false positives, 1 false negative out of 294)."""
     acc, fp, fn = _score(_labelled("peers.jsonl", "dev"))
     assert acc >= 0.97 and fp == 0, (acc, fp, fn)
 
 
+def test_accuracy_on_the_fresh_peer_set():
+    """262 pairs from the tests of 10 further projects (inspect_ai, sieval, NeMo-RL, rllm, ...), added after
+    the first peer set had been looked at; debatable labels excluded (210 left). Scored untouched: 90.5%
+    (2 FP, 18 FN: CAS-style ``sqrt(3)``, ``<answer>`` tags, ``Eq(a, b)``, ``2=x``); after the fixes 98.6%
+    (1 FP, 2 FN: two boxes read as one answer, a policy this verifier keeps, and ``\\beginboxed``)."""
+    acc, fp, fn = _score(_labelled("peers_fresh.jsonl"))
+    assert acc >= 0.97 and fp <= 1, (acc, fp, fn)
+
+
 def test_real_model_outputs():
     """SmolLM2 samples labelled by reading: on GSM8K and MATH-500 almost all are wrong (false
-    positives), on the demo's synthetic task 71 of 192 are right (false negatives). Measured: 2 false
-    positives in 489 (rambling MATH-500 responses whose last sentence happens to end on the gold), no
-    false negative."""
+    positives), on the demo's synthetic task 71 of 192 are right (false negatives). Measured: no false
+    positive or negative in 489 (the two rambling MATH-500 responses that ended on the gold without
+    stating it were credited until a number that is an inequality's bound stopped counting as an answer)."""
     rows = (_labelled("model_outputs_gsm8k.jsonl") + _labelled("model_outputs_math500.jsonl")
             + _labelled("model_outputs_synthetic.jsonl"))
     acc, fp, fn = _score(rows)

@@ -234,3 +234,7 @@ def test_async_rollout_conflicts_are_refused_with_the_fix():
             load_config(None, ["rollout.staleness=1", option])
     with pytest.raises(ConfigError, match="rollout.staleness"):
         load_config(None, ["rollout.staleness=2"])
+    from mathrl.ablate.methods import Task, run_method
+
+    with pytest.raises(ConfigError, match="rollout.staleness = 1 with method online_rft"):
+        run_method("online_rft", load_config(None, ["rollout.staleness=1"]), task=Task(train_problems=[]))
