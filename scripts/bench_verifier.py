@@ -12,6 +12,9 @@ Sets (reported separately; external sets are labelled by others, not by this pro
   peers fresh  eval/verifier_sets/peers_fresh.jsonl: 262 pairs from the tests of 10 further projects
                (inspect_ai, sieval, NeMo-RL, rllm, tinker-cookbook, open-instruct, verifiers, ...), added
                on 2026-12-01 after the holdout had been looked at; debatable pairs left out.
+  peers fresh2 eval/verifier_sets/peers_fresh2.jsonl: 94 pairs from the tests of 5 more projects (forge,
+               eval-protocol, SkyThought, strands-env, AgentFly), built after the fresh set had been
+               looked at; debatable pairs left out.
   model gsm8k / model math500 / model synthetic
                eval/verifier_sets/model_outputs_*.jsonl: SmolLM2-135M-Instruct samples on GSM8K test,
                MATH-500 and the demo's synthetic task (before and after training), labelled by reading
@@ -208,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     vs = Path(args.sets_dir)
     for name, file, split in (("peers dev", "peers.jsonl", "dev"), ("peers holdout", "peers.jsonl", "holdout"),
                               ("peers fresh", "peers_fresh.jsonl", None),
+                              ("peers fresh2", "peers_fresh2.jsonl", None),
                               ("model gsm8k", "model_outputs_gsm8k.jsonl", None),
                               ("model math500", "model_outputs_math500.jsonl", None),
                               ("model synthetic", "model_outputs_synthetic.jsonl", None)):

@@ -1,9 +1,10 @@
-"""Validate eval/verifier_sets/peers.jsonl (or peers_fresh.jsonl) and print counts.
+"""Validate eval/verifier_sets/peers.jsonl (or peers_fresh.jsonl, peers_fresh2.jsonl) and print counts.
 
 Usage: python eval/verifier_sets/check_peers.py [path/to/peers.jsonl]
 The path defaults to peers.jsonl. For a file whose name ends in ``_fresh.jsonl``
-(the fresh external set) every record must have split "fresh"; otherwise the
-split must follow the sha1 dev/holdout rule.
+(the fresh external set) every record must have split "fresh", and for one ending
+in ``_fresh2.jsonl`` (the second fresh set) split "fresh2"; otherwise the split
+must follow the sha1 dev/holdout rule.
 Exits non-zero if any record breaks the schema or the split rule.
 """
 
@@ -38,12 +39,24 @@ def expected_split(rid: str) -> str:
     return "holdout" if int(hashlib.sha1(rid.encode()).hexdigest(), 16) % 10 < 3 else "dev"
 
 
+FIXED_SPLITS = {"_fresh.jsonl": "fresh", "_fresh2.jsonl": "fresh2"}
+
+
+def fixed_split(path: Path) -> str | None:
+    """The split every record of a fresh set must have, or None for the sha1 dev/holdout rule."""
+    for suffix, split in FIXED_SPLITS.items():
+        if path.name.endswith(suffix):
+            return split
+    return None
+
+
 def is_fresh_file(path: Path) -> bool:
-    return path.name.endswith("_fresh.jsonl")
+    return fixed_split(path) is not None
 
 
 def main(path: Path) -> int:
     fresh = is_fresh_file(path)
+    want_split = fixed_split(path)
     errors: list[str] = []
     rows = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
@@ -77,8 +90,8 @@ def main(path: Path) -> int:
         if rec["kind"] not in KINDS:
             errors.append(f"line {n}: unknown kind {rec['kind']!r}")
         if fresh:
-            if rec["split"] != "fresh":
-                errors.append(f"line {n}: split {rec['split']!r}, want 'fresh' in {path.name}")
+            if rec["split"] != want_split:
+                errors.append(f"line {n}: split {rec['split']!r}, want {want_split!r} in {path.name}")
         elif rec["split"] != expected_split(rec["id"]):
             errors.append(f"line {n}: split {rec['split']!r} breaks the sha1 rule for {rec['id']}")
         if rec["debatable"] != bool(rec["debatable_why"].strip()):
@@ -102,7 +115,7 @@ def main(path: Path) -> int:
     for r in recs:
         repo = r.get("source", "?").split(":", 1)[0]
         by_src[repo][r.get("label")] += 1
-        by_src[repo][r.get("split") if r.get("split") in ("holdout", "fresh") else "dev"] += 1
+        by_src[repo][r.get("split") if r.get("split") in ("holdout", "fresh", "fresh2") else "dev"] += 1
         by_src[repo]["debatable"] += bool(r.get("debatable"))
     if fresh:
         print(f"{'source repo':46} {'total':>5} {'true':>5} {'false':>5} {'debat':>5}")
@@ -116,7 +129,7 @@ def main(path: Path) -> int:
     spl = collections.Counter(r.get("split") for r in recs)
     print(f"labels: true={lab[True]} false={lab[False]} ({100 * lab[False] / max(len(recs), 1):.1f}% false)")
     if fresh:
-        print(f"splits: fresh={spl['fresh']}")
+        print(f"splits: {want_split}={spl[want_split]}")
     else:
         print(f"splits: dev={spl['dev']} holdout={spl['holdout']} ({100 * spl['holdout'] / max(len(recs), 1):.1f}% holdout)")
         for split in ("dev", "holdout"):

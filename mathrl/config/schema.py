@@ -289,7 +289,11 @@ class TrainConfig:
     batch_size: int = option(8, "B, prompts per step (B x G responses).", ge=1)
     mini_batch_size: Optional[int] = option(None, "Prompts per optimizer update within a step (None = "
                                             "batch_size: one update per step and epoch).", ge=1)
-    micro_batch_tokens: int = option(8192, "Token budget of one forward/backward micro-batch.", ge=1)
+    micro_batch_tokens: int = option(
+        8192, "Token budget of one forward/backward micro-batch (loss and gradients do not depend on it). Before "
+        "the first step it is lowered, with a warning, to what the free memory holds by the estimate in "
+        "mathrl/train/memory.py (README: memory table), and a run where not even one group fits stops with "
+        "the settings to change.", ge=1)
     share_prompt: bool = option(True, "Run each group's prompt once in training forwards and let its G responses "
                                 "attend to the shared cache (exact; saves (G-1)/G of the prompt compute).")
     lr: float = option(1e-6, "Policy learning rate (AdamW).", gt=0.0)
@@ -301,7 +305,11 @@ class TrainConfig:
     max_grad_norm: float = option(1.0, "Gradient clipping norm (0 = off).", ge=0.0)
     seed: int = option(0, "Seed for data order, sampling and initialisation.")
     output_dir: str = option("runs/demo", "Run folder: checkpoints, metrics.jsonl, TensorBoard, plots.")
-    save_every: int = option(0, "Checkpoint every N steps (0 = only at the end).", ge=0)
+    save_every: int = option(0, "Checkpoint every N steps (0 = only by time and at the end).", ge=0)
+    save_every_minutes: float = option(
+        30.0, "Also checkpoint when this many minutes have passed since the last checkpoint (0 = off), so a run "
+        "killed by the machine (memory, a session limit) loses minutes, not the run; continue it with "
+        "--resume auto.", ge=0.0)
     keep_last: int = option(2, "Checkpoints kept (older ones are deleted after a new one is complete).", ge=1)
     resume: str = option("none", "'none', 'auto' (newest complete checkpoint in output_dir) or a checkpoint path.")
     dist_timeout_minutes: float = option(60.0, "Process-group timeout: how long a rank waits in a collective "

@@ -288,8 +288,9 @@ def _number_before_comparison(sentence: str) -> str | None:
 
 
 # what makes the number after it a bound, not a value: "x > 2", "\\geq 3", "less than or equal to $1$"
-_BOUND_BEFORE_RE = re.compile(r"(?:[<>≤≥]|\\(?:geq?|leq?|gt|lt|ge|le)\b|\b(?:more|less|fewer|greater|larger|smaller)\s+"
-                              r"than(?:\s+or\s+equal\s+to)?)[\s${]*$", re.IGNORECASE)
+_BOUND_BEFORE_RE = re.compile(r"(?:[<>≤≥]|\\(?:geq?|leq?|gt|lt|ge|le)\b"
+                              r"|\b(?:more|less|fewer|greater|larger|smaller)\s+than(?:\s+or\s+equal\s+to)?)[\s${]*$",
+                              re.IGNORECASE)
 
 
 def _is_bound(text: str, start: int) -> bool:

@@ -265,6 +265,7 @@ class State:
     prompts_used: int | None = None  # position in the training stream (None: step * batch_size)
     pass_filter: PassRateFilter = field(default_factory=PassRateFilter)  # algo.pass_rate_filter's history
     ahead: dict[str, Any] | None = None  # this rank's batch sampled for the next step (rollout.staleness = 1)
+    micro_batch_tokens: int | None = None  # the token budget the run trained with (memory-fitted)
 
 
 def save_checkpoint(cfg: Config, dist: DistInfo, models: Models, state: State, *, final: bool = False
@@ -337,6 +338,7 @@ def save_checkpoint(cfg: Config, dist: DistInfo, models: Models, state: State, *
         (tmp / STATE).write_text(json.dumps({"step": state.step, "bad_steps": state.bad_steps,
                                                   "ref_step": state.ref_step, "prompts_used": state.prompts_used,
                                                   "pass_filter": state.pass_filter.state_dict(),
+                                                  "micro_batch_tokens": state.micro_batch_tokens,
                                                   "world_size": dist.world_size, "config": cfg.to_dict()}))
 
     if dist.is_main:
@@ -380,6 +382,23 @@ def save_checkpoint(cfg: Config, dist: DistInfo, models: Models, state: State, *
     return None
 
 
+def checkpoint_due(cfg: Config, step: int, last_save: float) -> bool:
+    """Whether to checkpoint after ``step``: every ``train.save_every`` steps, and when
+    ``train.save_every_minutes`` have passed since ``last_save`` (``time.monotonic()``; decided over all
+    ranks: one rank's clock is enough). The last step is saved by the loop anyway."""
+    import time
+
+    from mathrl.train.engines import global_sum
+
+    t = cfg.train
+    if t.save_every and step % t.save_every == 0:
+        return True
+    if not t.save_every_minutes or step >= t.steps:
+        return False
+    late = time.monotonic() - last_save >= 60.0 * t.save_every_minutes
+    return bool(global_sum(torch.tensor(1.0 if late else 0.0)).item() > 0)
+
+
 def ahead_file(rank: int) -> str:
     return f"rollout_ahead_rank{rank}.pt"
 
@@ -408,6 +427,7 @@ def load_checkpoint(folder: Path, models: Models, state: State) -> None:
     state.ref_step = int(saved.get("ref_step", 0))
     state.prompts_used = saved.get("prompts_used")  # None in older checkpoints: step * batch_size
     state.pass_filter.load_state_dict(saved.get("pass_filter", {}))
+    state.micro_batch_tokens = saved.get("micro_batch_tokens")
     # asynchronous rollout: every rank takes its saved batch, or (another world size, a synchronous run's
     # checkpoint) none does and the next step samples its own
     ahead = folder / ahead_file(rank)

@@ -58,7 +58,9 @@ from mathrl.data.splits import heldout_problems, load_training_problems
 from mathrl.train.engines import DistInfo, device, global_sum
 from mathrl.train.forward import agreed_plan, batch_logprobs, batch_values, plan_micro_batches
 from mathrl.train.metrics import process_stats
+from mathrl.train.memory import fit_micro_batches
 from mathrl.train.offpolicy import OffPolicySampler
+from mathrl.train.preflight import longest_prompt
 from mathrl.train.models import Models, build_models, iterative_reference, make_rollout, reset_reference, sync_weights
 from mathrl.train.report import evaluate, main_only, write_report
 from mathrl.train.sampling import sample_records, sample_step, sampling_seed
@@ -241,12 +243,18 @@ def run(cfg: Config, *, loss_sign: float = 1.0, problems=None) -> int:
 
     try:
         sync_weights(rollout, models.policy)
+        # micro-batches sized to the free memory (after the engine took its share), kept across a resume
+        prompt_len = longest_prompt(cfg, models.tokenizer, problems, cfg.data.system_prompt)[0]
+        logger.log(state.step, fit_micro_batches(cfg, dist, models, prompt_len, resumed=state.micro_batch_tokens),
+                   event="memory")
+        state.micro_batch_tokens = cfg.train.micro_batch_tokens
         before: dict = {}
         last_eval: tuple[int, dict] = (-1, {})
         if eval_problems and state.step == 0:
             before = evaluate(rollout, eval_problems, cfg, out_dir=main_only(dist, out / "eval" / "step_000000"),
                               dist=dist)
             logger.log(0, before, event="eval")
+        last_save = time.monotonic()
         while state.step < cfg.train.steps:
             metrics = train_step(cfg, dist, models, rollout, problems, state, loss_sign=loss_sign,
                                  sample_log=sample_log if dist.is_main else None, sampler=sampler)
@@ -272,8 +280,9 @@ def run(cfg: Config, *, loss_sign: float = 1.0, problems=None) -> int:
                                     f"{metrics.get('bad_reason', 'on another rank')}); the weights are those of step "
                                     f"{state.step - n}, saved in {saved}. Lower train.lr or check the reward function "
                                     "and data, then resume with --resume auto")
-            if cfg.train.save_every and state.step % cfg.train.save_every == 0:
+            if ckpt.checkpoint_due(cfg, state.step, last_save):
                 save_checkpoint(cfg, dist, models, state)
+                last_save = time.monotonic()
             if cfg.eval.every and state.step % cfg.eval.every == 0 and eval_problems:
                 last_eval = (state.step, evaluate(rollout, eval_problems, cfg, dist=dist, out_dir=main_only(
                     dist, out / "eval" / ckpt.step_dirname(state.step))))

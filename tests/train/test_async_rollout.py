@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ from _train_tasks import FIRST_DIGIT, crash_copy, digit_problems, torchrun, with
 from safetensors.torch import load_file
 
 from mathrl.config import ConfigError, load_config
+from mathrl.procs import without_dist_env
 from mathrl.train import checkpoint as ckpt
 from mathrl.train import run
 from mathrl.train.metrics import read_metrics
@@ -88,12 +91,16 @@ def test_async_rollout_samples_with_weights_exactly_one_step_old(embedded_model_
     logged weight version is the step before, and the sampler's logprobs of each saved batch match the
     previous step's weights, not the current ones."""
     out = tmp_path / "async"
-    cfg = load_config("configs/demo.yaml", [
-        f"model.name={embedded_model_path}", "rollout.backend=hf", "rollout.n=2", "rollout.max_tokens=24",
-        "train.batch_size=2", "train.steps=3", "train.lr=1e-4", "data.source=synthetic", "data.synthetic_size=32",
-        "data.eval_limit=1", "eval.n=1", "eval.k=1", "eval.max_tokens=4", "eval.greedy=false",
-        f"train.output_dir={out}", *ASYNC, *QUIET])
-    assert run(cfg) == 0
+    # in its own process (the `mathrl train` command): the run's memory goes back to the system afterwards
+    p = subprocess.run([sys.executable, "-m", "mathrl.cli", "train", "configs/demo.yaml",
+                        f"model.name={embedded_model_path}", "rollout.backend=hf", "rollout.n=2",
+                        "rollout.max_tokens=24", "train.batch_size=2", "train.steps=3", "train.lr=1e-4",
+                        "data.source=synthetic", "data.synthetic_size=32", "data.eval_limit=1", "eval.n=1", "eval.k=1",
+                        "eval.max_tokens=4", "eval.greedy=false", f"train.output_dir={out}", "logging.console=plain",
+                        *ASYNC, *QUIET], capture_output=True, text=True, timeout=800,
+                       env={**without_dist_env(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")},
+                       cwd=str(Path(__file__).parents[2]))
+    assert p.returncode == 0, p.stderr[-3000:]
     steps = _steps(out)
     assert [s["rollout/weight_version"] for s in steps] == [0, 0, 1]
     assert [s["rollout/staleness"] for s in steps] == [0, 1, 1]

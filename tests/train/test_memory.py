@@ -1,0 +1,112 @@
+"""Memory: the activation estimate against hand-computed counts, the limits the free memory is read
+from, the micro-batch budget fitted to them, periodic checkpoints by time, and the real model under an
+address-space limit (it adapts; without the fit the same run dies)."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from mathrl.procs import without_dist_env
+from mathrl.train import memory
+
+TINY = SimpleNamespace(num_hidden_layers=2, hidden_size=8, num_attention_heads=2, num_key_value_heads=1, head_dim=4,
+                       intermediate_size=16, vocab_size=10)
+
+
+def test_micro_batch_bytes_against_a_hand_count():
+    # per position 10*8 + 4*4 + 4*16 = 160; positions 3 + 2*2 = 7; attention 2*2*(3*3 + 2*2*(3+2)) = 116;
+    # logits 2*10*2*2 = 80; layers 2*(160*7 + 116) = 2472
+    est = memory.micro_batch_bytes(TINY, groups=1, rows=2, prompt_len=3, response_len=2)
+    assert est == int(memory.CALIBRATION * (2472 + 80) * 4)
+    # gradient checkpointing: each layer's input (2*8*7) plus one layer (160*7 + 116)
+    ck = memory.micro_batch_bytes(TINY, groups=1, rows=2, prompt_len=3, response_len=2, checkpointing=True)
+    assert ck == int(memory.CALIBRATION * (112 + 1236 + 80) * 4)
+    # sharing the prompt: two groups cost twice one group
+    assert memory.micro_batch_bytes(TINY, groups=2, rows=4, prompt_len=3, response_len=2) == 2 * est
+
+
+def test_tokens_that_fit_inverts_the_estimate():
+    per = memory.per_token_bytes(TINY, group_size=2, prompt_len=3, response_len=2)
+    assert memory.tokens_that_fit(TINY, 100 * per, group_size=2, prompt_len=3, response_len=2) == 100
+    assert memory.tokens_that_fit(TINY, 0, group_size=2, prompt_len=3, response_len=2) == 0
+
+
+def test_available_memory_reads_the_address_space_limit():
+    """In a child with RLIMIT_AS set, the free memory is the limit minus the address space in use."""
+    code = ("import resource, json\n"
+            "from mathrl.train.memory import available_bytes\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (resource.getrlimit(resource.RLIMIT_AS)[0] if False else "
+            "int(open('/proc/self/status').read().split('VmSize:')[1].split()[0]) * 1024 + (1 << 30), "
+            "resource.RLIM_INFINITY))\n"
+            "print(json.dumps(available_bytes()))\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={**without_dist_env(), "OMP_NUM_THREADS": "1"})
+    assert p.returncode == 0, p.stderr
+    avail, what = json.loads(p.stdout)
+    assert what == "RLIMIT_AS" and 0.5 * 2**30 < avail <= 2**30
+    free, what = memory.available_bytes()  # this process: no such limit
+    if resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY:
+        assert what != "RLIMIT_AS" and free > 0
+
+
+def _steps(out: Path) -> list[dict]:
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_real_model_under_a_memory_limit_adapts_and_without_the_fit_dies(embedded_model_path, tmp_path):
+    """SmolLM2, the demo task, 4 prompts x 8 responses of up to 64 tokens, train.micro_batch_tokens=8192 (the
+    whole batch, up to 2788 tokens, in one micro-batch: about 7.5 GiB of activations by the estimate, 5.7
+    measured), under an address-space limit that leaves about 5 GiB: the run lowers the budget with a warning naming train.micro_batch_tokens and completes;
+    the same run with the fit switched off dies in its first backward (the negative control); a limit too
+    small for one group stops with the settings to change, before training."""
+    script = Path(__file__).parent / "_memory_limited_run.py"
+    env = {**without_dist_env(), "OMP_NUM_THREADS": "1"}  # a world of its own (this process may hold one)
+    limit = os.environ.get("MATHRL_TEST_AS_LIMIT_GB", "8")
+
+    def launch(out, mode, lim=limit):
+        return subprocess.run([sys.executable, str(script), lim, str(out), mode], capture_output=True, text=True,
+                              timeout=800, env=env, cwd=str(Path(__file__).parents[2]))
+
+    fit = launch(tmp_path / "fit", "fit")
+    assert fit.returncode == 0, fit.stderr[-3000:]
+    assert "using train.micro_batch_tokens=" in fit.stderr
+    event = next(r for r in _steps(tmp_path / "fit") if r.get("event") == "memory")
+    assert event["memory/micro_batch_tokens"] < 8192 and event["memory/available_gb"] < float(limit)
+    nofit = launch(tmp_path / "nofit", "nofit")
+    assert nofit.returncode != 0, "the limit did not bind: the test shows nothing"
+    assert "alloc" in nofit.stderr.lower() or "memory" in nofit.stderr.lower(), nofit.stderr[-2000:]
+    tiny = launch(tmp_path / "tiny", "fit", lim=str(float(limit) - 2.5))
+    assert tiny.returncode == 3 and "lower rollout.max_tokens" in tiny.stderr, tiny.stderr[-2000:]
+
+
+def test_checkpoints_by_time(digit_model_dir, tmp_path):
+    """train.save_every_minutes saves when that much time has passed (here: at once, so after every step);
+    0 saves only at the end; the default is on (30 minutes)."""
+    from _train_tasks import FIRST_DIGIT, digit_problems
+
+    from mathrl.config import load_config
+    from mathrl.train import checkpoint as ckpt
+    from mathrl.train import run
+
+    def steps_saved(name, *extra):
+        out = tmp_path / name
+        cfg = load_config(None, [f"model.name={digit_model_dir}", "rollout.backend=hf", "rollout.max_tokens=3",
+                                 "rollout.n=4", "train.batch_size=4", "train.steps=3", "train.keep_last=10",
+                                 "data.template=chat_boxed", f"train.output_dir={out}", FIRST_DIGIT,
+                                 "logging.tensorboard=false", *extra])
+        assert run(cfg, problems=digit_problems(12)) == 0
+        return [s for s, _ in ckpt.list_checkpoints(out)]
+
+    assert load_config(None, []).train.save_every_minutes == 30.0
+    assert steps_saved("often", "train.save_every_minutes=0.00001") == [1, 2, 3]
+    assert steps_saved("off", "train.save_every_minutes=0") == [3]
