@@ -245,8 +245,7 @@ def run(cfg: Config, *, loss_sign: float = 1.0, problems=None) -> int:
         sync_weights(rollout, models.policy)
         # micro-batches sized to the free memory (after the engine took its share), kept across a resume
         prompt_len = longest_prompt(cfg, models.tokenizer, problems, cfg.data.system_prompt)[0]
-        logger.log(state.step, fit_micro_batches(cfg, dist, models, prompt_len, resumed=state.micro_batch_tokens),
-                   event="memory")
+        memory_stats = fit_micro_batches(cfg, dist, models, prompt_len, resumed=state.micro_batch_tokens)
         state.micro_batch_tokens = cfg.train.micro_batch_tokens
         before: dict = {}
         last_eval: tuple[int, dict] = (-1, {})
@@ -269,6 +268,7 @@ def run(cfg: Config, *, loss_sign: float = 1.0, problems=None) -> int:
             if iterative_reference(cfg, models):
                 metrics["ref/step"] = float(state.ref_step)
             metrics.update(process_stats())
+            metrics.update(memory_stats)
             metrics["checkpoint/failures"] = float(state.save_failures)
             logger.log(state.step, metrics)
             if state.bad_steps >= cfg.train.max_bad_steps:

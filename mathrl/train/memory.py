@@ -148,7 +148,7 @@ def fit_micro_batches(cfg, dist, models, prompt_len: int, resumed: int | None = 
     warning names the setting and the numbers), or stop with a :class:`TrainingError` when not even one
     group fits. The budget is agreed over ranks (the least). ``resumed``: the budget the checkpoint's run
     used, kept when it still fits (the same micro-batches, so the resumed run is the same run). Returns
-    ``memory/*`` metrics.
+    ``sys/*`` metrics (free memory, the budget, the activation estimate at that budget) for every step's log.
 
     Free memory: the GPU's free memory on CUDA, else :func:`available_bytes` shared by the ranks on this
     machine (``LOCAL_WORLD_SIZE``), less the gradients and optimizer state still to be allocated."""
@@ -209,5 +209,5 @@ def fit_micro_batches(cfg, dist, models, prompt_len: int, resumed: int | None = 
                   f"{budget / gb:.1f} GiB are free for them ({what}); using train.micro_batch_tokens={fit} (same loss "
                   "and gradients, more micro-batches; set it yourself to silence this)", file=sys.stderr, flush=True)
         t.micro_batch_tokens = fit
-    return {"memory/available_gb": avail / gb, "memory/micro_batch_tokens": float(t.micro_batch_tokens),
-            "memory/estimate_gb": t.micro_batch_tokens * per_token_bytes(config, **sizes) / gb}
+    return {"sys/memory_available_gb": avail / gb, "sys/micro_batch_tokens": float(t.micro_batch_tokens),
+            "sys/activation_estimate_gb": t.micro_batch_tokens * per_token_bytes(config, **sizes) / gb}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -111,6 +112,7 @@ def test_async_rollout_samples_with_weights_exactly_one_step_old(embedded_model_
     assert "time/generate_async" not in steps[2]  # nothing is sampled past the last step
     assert steps[1]["mismatch/logp_diff_max"] > 1e-3  # the stale batch shows in the mismatch statistics
     _check_one_step_old(out, embedded_model_path, tol=1e-3)
+    shutil.rmtree(out)  # three checkpoints of the real model with their optimizer state: ~6 GB of disk
 
 
 @pytest.mark.slow
