@@ -142,7 +142,7 @@ def split_top(s: str, seps: tuple[str, ...]) -> list[str]:
     return parts
 
 
-def _match_close(s: str, i: int) -> int:
+def match_close(s: str, i: int) -> int:
     """Index of the bracket closing the one at i (any of )]} closes any of ([{ ), or -1."""
     depth = 0
     j = i
@@ -274,13 +274,8 @@ def guard(s: str) -> None:
             arg = _brace_arg(s, j)
             exp = arg[0] if arg else s[j:]
         elif j < len(s) and s[j] == "(":  # a parenthesised exponent: (10**9)**(10**9)
-            k, d = j, 0
-            while k < len(s):
-                d += (s[k] == "(") - (s[k] == ")")
-                if d == 0:
-                    break
-                k += 1
-            exp = s[j:k + 1]
+            k = match_close(s, j)
+            exp = s[j:k + 1] if k >= 0 else s[j:]
         else:
             mm = re.match(r"[-+]?\d+|\\?[A-Za-z]+|.", s[j:])
             exp = mm.group(0) if mm else ""
@@ -345,15 +340,8 @@ _TEXT_CMDS = ("text", "textbf", "textit", "textrm", "textsf", "texttt", "mbox", 
 def _sympy_eq(s: str) -> str:
     """sympy's printed equation ``Eq(lhs, rhs)`` as ``lhs = rhs`` (the comma at depth 0 of the call)."""
     m = re.fullmatch(r"\s*Eq\s*\((.*)\)\s*", s, re.DOTALL)
-    if m is None:
-        return s
-    depth = 0
-    for i, ch in enumerate(m.group(1)):
-        depth += ch in "([{"
-        depth -= ch in ")]}"
-        if ch == "," and depth == 0:
-            return f"{m.group(1)[:i].strip()} = {m.group(1)[i + 1:].strip()}"
-    return s
+    parts = split_top(m.group(1), (",",)) if m else []
+    return f"{parts[0].strip()} = {','.join(parts[1:]).strip()}" if len(parts) > 1 else s
 
 
 def clean(s: str) -> tuple[str, bool, bool]:
@@ -425,7 +413,7 @@ def clean(s: str) -> tuple[str, bool, bool]:
     s = re.sub(r"^(?:the\s+)?(?:final\s+)?answer\s*(?:is|:)\s*", "", s, flags=re.IGNORECASE)
     s = s.rstrip(" .;:\\")
     s = s.lstrip(":").strip()
-    if s.startswith("{") and _match_close(s, 0) == len(s) - 1:  # {1,2,3}: LaTeX grouping, not a set
+    if s.startswith("{") and match_close(s, 0) == len(s) - 1:  # {1,2,3}: LaTeX grouping, not a set
         s = s[1:-1].strip()
     s = strip_units(s)
     return s, percent, degree
@@ -570,7 +558,7 @@ def parse_node(s: str, percent: bool, degree: bool, depth: int):
         inner_items = [p for p in split_top(inner, (",", ";")) if p.strip()]
         return Group(tuple(rec(p) for p in inner_items), "set")
     # bracketed sequences
-    if s and s[0] in "([" and _match_close(s, 0) == len(s) - 1 and s[-1] in ")]":
+    if s and s[0] in "([" and match_close(s, 0) == len(s) - 1 and s[-1] in ")]":
         inner = s[1:-1]
         inner_items = split_top(inner, (",",))
         if len(inner_items) > 1:

@@ -15,7 +15,7 @@ from contextvars import ContextVar
 from fractions import Fraction
 from functools import lru_cache
 
-from mathrl.reward.normalize import guard
+from mathrl.reward.normalize import guard, match_close
 
 __all__ = ["DIGITS", "REL_TOL", "REL_TOL_EXP", "num_close", "sympy_equal", "to_sympy"]
 
@@ -32,19 +32,6 @@ _PLAIN_FN = re.compile(r"(?<![\\A-Za-z])(sqrt|arcsin|arccos|arctan|sinh|cosh|tan
                        r"exp|abs)\s*\(")
 
 
-def _closing(t: str, i: int) -> int:
-    """Index of the ')' that closes the '(' at ``i`` (-1 when none)."""
-    depth = 0
-    for j in range(i, len(t)):
-        if t[j] == "(":
-            depth += 1
-        elif t[j] == ")":
-            depth -= 1
-            if depth == 0:
-                return j
-    return -1
-
-
 def plain_to_latex(t: str) -> str:
     """Plain-text function calls as LaTeX: ``sqrt(x)`` -> ``\\sqrt{x}``, ``sin(x)`` ->
     ``\\sin\\left(x\\right)``, ``exp(x)`` -> ``e^{x}``, ``abs(x)`` -> ``\\left|x\\right|``, and a
@@ -54,7 +41,7 @@ def plain_to_latex(t: str) -> str:
         if m is None:
             break
         i = m.end() - 1
-        j = _closing(t, i)
+        j = match_close(t, i)
         if j < 0:
             break
         name, arg = m.group(1), t[i + 1:j]
@@ -65,7 +52,7 @@ def plain_to_latex(t: str) -> str:
         k = t.find("^(")
         if k < 0:
             break
-        j = _closing(t, k + 1)
+        j = match_close(t, k + 1)
         if j < 0:
             break
         t = t[:k] + "^{" + t[k + 1:j + 1] + "}" + t[j + 1:]

@@ -230,12 +230,12 @@ def run(cfg: Config, *, loss_sign: float = 1.0, problems=None) -> int:
     resume_from, logger = resume_and_log(cfg, dist, out, models, state)
     rollout = make_rollout(cfg, models)
     sampler = OffPolicySampler(cfg, dist, models.tokenizer, rollout, problems) if cfg.rollout.staleness else None
-    if sampler is not None and cfg.algo.tis_cap is None and dist.is_main:
-        print("mathrl: warning: rollout.staleness = 1 without algo.tis_cap: the batches come from weights one step "
-              "old and nothing corrects for it beyond the PPO clip; set algo.tis_cap (2.0 is usual)",
-              file=sys.stderr, flush=True)
     if sampler is not None:
         sampler.load_state_dict(state.ahead)  # the batch a checkpoint saved for its next step
+        if cfg.algo.tis_cap is None and dist.is_main:
+            print("mathrl: warning: rollout.staleness = 1 without algo.tis_cap: the batches come from weights one "
+                  "step old and nothing corrects for it beyond the PPO clip; set algo.tis_cap (2.0 is usual)",
+                  file=sys.stderr, flush=True)
     show = cfg.logging.show_samples
 
     def sample_log(step: int, records: list) -> None:  # rollouts.jsonl, and a console table every N steps

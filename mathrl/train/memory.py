@@ -128,14 +128,12 @@ def available_bytes() -> tuple[int, str]:
     return min(found)
 
 
-def tokens_that_fit(config: Any, budget_bytes: float, *, group_size: int, prompt_len: int, response_len: int,
-                    checkpointing: bool = False) -> int:
-    """The largest token budget whose estimated activations fit in ``budget_bytes`` (0 when none)."""
+def tokens_that_fit(config: Any, budget_bytes: float, **sizes) -> int:
+    """The largest token budget whose estimated activations fit in ``budget_bytes`` (0 when none);
+    ``sizes`` are :func:`per_token_bytes`'s keyword arguments."""
     if budget_bytes <= 0:
         return 0
-    per = per_token_bytes(config, group_size=group_size, prompt_len=prompt_len, response_len=response_len,
-                          checkpointing=checkpointing)
-    return int(math.floor(budget_bytes / per))
+    return int(math.floor(budget_bytes / per_token_bytes(config, **sizes)))
 
 
 #: share of the free memory the activations may take (the rest: gradients, the optimizer's first step,
@@ -183,7 +181,7 @@ def fit_micro_batches(cfg, dist, models, prompt_len: int, resumed: int | None = 
     ckpt_on = bool(cfg.model.gradient_checkpointing)
     sizes = dict(group_size=rows, prompt_len=prompt_len, response_len=r.max_tokens, checkpointing=ckpt_on,
                  bytes_per_number=elem)
-    fit = int(budget // per_token_bytes(config, **sizes))
+    fit = tokens_that_fit(config, budget, **sizes)
     fit = int(global_min(torch.tensor(float(fit))).item())
     one = prompt_len + rows * r.max_tokens  # the smallest micro-batch: one group (or one row)
     gb = 2 ** 30

@@ -6,6 +6,26 @@ from __future__ import annotations
 from mathrl.testing.digits import FIRST_DIGIT, digit_problems, digit_tokenizer, first_digit_reward  # noqa: F401
 
 
+def step_rows(out) -> list[dict]:
+    """The per-step rows of ``<out>/metrics.jsonl`` (evaluation and other events left out)."""
+    from pathlib import Path
+
+    from mathrl.train.metrics import read_metrics
+
+    return [m for m in read_metrics(Path(out) / "metrics.jsonl") if "event" not in m]
+
+
+def digit_cfg(model_dir, out, *extra):
+    """The digit task's GRPO config for trainer tests (hf engine, 4 prompts x 4 samples of up to 5 tokens,
+    lr 1e-2, KL 0.04); ``extra`` overrides come last and win."""
+    from mathrl.config import load_config
+
+    return load_config(None, [
+        f"model.name={model_dir}", "rollout.backend=hf", "rollout.max_tokens=5", "rollout.n=4",
+        "train.batch_size=4", "train.lr=1e-2", "algo.kl_coef=0.04", "data.template=chat_boxed",
+        f"train.output_dir={out}", FIRST_DIGIT, "logging.tensorboard=false", *extra])
+
+
 def without_timing(rows: list[dict]) -> list[dict]:
     """Metrics rows without the wall-clock and process entries (time/, throughput/, sys/), which differ
     between two runs that are otherwise the same."""

@@ -21,28 +21,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from _train_tasks import FIRST_DIGIT, crash_copy, digit_problems, torchrun, without_timing
+from _train_tasks import crash_copy, digit_problems, torchrun, without_timing
+from _train_tasks import digit_cfg as _digit_cfg, step_rows as _steps
 from safetensors.torch import load_file
 
 from mathrl.config import ConfigError, load_config
 from mathrl.procs import without_dist_env
 from mathrl.train import checkpoint as ckpt
 from mathrl.train import run
-from mathrl.train.metrics import read_metrics
 
 QUIET = ["logging.tensorboard=false"]
 ASYNC = ["rollout.staleness=1", "algo.tis_cap=2.0", "train.save_every=1", "train.keep_last=10"]
 
 
-def _steps(out: Path) -> list[dict]:
-    return [m for m in read_metrics(out / "metrics.jsonl") if "event" not in m]
-
-
-def _digit_cfg(model_dir, out, *extra):
-    return load_config(None, [
-        f"model.name={model_dir}", "rollout.backend=hf", "rollout.max_tokens=5", "rollout.n=4",
-        "train.batch_size=4", "train.lr=1e-2", "algo.kl_coef=0.04", "data.template=chat_boxed",
-        f"train.output_dir={out}", FIRST_DIGIT, *QUIET, *extra])
 
 
 def _ahead(folder: Path, rank: int = 0) -> dict:

@@ -9,19 +9,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from _train_tasks import crash_copy, without_timing
+from _train_tasks import crash_copy, without_timing, step_rows as _steps
 from safetensors.torch import load_file
 
 from mathrl.config import ConfigError, load_config
 from mathrl.train import checkpoint as ckpt
 from mathrl.train import run
-from mathrl.train.metrics import read_metrics
 
 QUIET = ["logging.tensorboard=false"]
 
-
-def _steps(out: Path) -> list[dict]:
-    return [m for m in read_metrics(out / "metrics.jsonl") if "event" not in m]
 
 
 @pytest.mark.slow

@@ -15,6 +15,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from _train_tasks import step_rows
+
 from mathrl.procs import without_dist_env
 from mathrl.train import memory
 
@@ -58,16 +60,13 @@ def test_available_memory_reads_the_address_space_limit():
         assert what != "RLIMIT_AS" and free > 0
 
 
-def _steps(out: Path) -> list[dict]:
-    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_the_real_model_under_a_memory_limit_adapts_and_without_the_fit_dies(embedded_model_path, tmp_path):
     """SmolLM2, the demo task, 4 prompts x 8 responses of up to 64 tokens, train.micro_batch_tokens=8192 (the
     whole batch, up to 2788 tokens, in one micro-batch: about 7.5 GiB of activations by the estimate, 5.7
-    measured), under an address-space limit that leaves about 5 GiB: the run lowers the budget with a warning naming train.micro_batch_tokens and completes;
+    measured), under an address-space limit that leaves about 5 GiB: the run lowers the budget with a warning
+    naming train.micro_batch_tokens and completes;
     the same run with the fit switched off dies in its first backward (the negative control); a limit too
     small for one group stops with the settings to change, before training."""
     script = Path(__file__).parent / "_memory_limited_run.py"
@@ -81,7 +80,7 @@ def test_the_real_model_under_a_memory_limit_adapts_and_without_the_fit_dies(emb
     fit = launch(tmp_path / "fit", "fit")
     assert fit.returncode == 0, fit.stderr[-3000:]
     assert "using train.micro_batch_tokens=" in fit.stderr
-    first = next(r for r in _steps(tmp_path / "fit") if "event" not in r)  # step 1 (the evaluations are events)
+    first = step_rows(tmp_path / "fit")[0]
     assert first["sys/micro_batch_tokens"] < 8192 and first["sys/memory_available_gb"] < float(limit)
     shutil.rmtree(tmp_path / "fit")  # checkpoints of the real model: gigabytes of disk
     nofit = launch(tmp_path / "nofit", "nofit")
@@ -95,7 +94,7 @@ def test_the_real_model_under_a_memory_limit_adapts_and_without_the_fit_dies(emb
 def test_checkpoints_by_time(digit_model_dir, tmp_path):
     """train.save_every_minutes saves when that much time has passed (here: at once, so after every step);
     0 saves only at the end; the default is on (30 minutes)."""
-    from _train_tasks import FIRST_DIGIT, digit_problems
+    from _train_tasks import digit_cfg, digit_problems
 
     from mathrl.config import load_config
     from mathrl.train import checkpoint as ckpt
@@ -103,10 +102,7 @@ def test_checkpoints_by_time(digit_model_dir, tmp_path):
 
     def steps_saved(name, *extra):
         out = tmp_path / name
-        cfg = load_config(None, [f"model.name={digit_model_dir}", "rollout.backend=hf", "rollout.max_tokens=3",
-                                 "rollout.n=4", "train.batch_size=4", "train.steps=3", "train.keep_last=10",
-                                 "data.template=chat_boxed", f"train.output_dir={out}", FIRST_DIGIT,
-                                 "logging.tensorboard=false", *extra])
+        cfg = digit_cfg(digit_model_dir, out, "rollout.max_tokens=3", "train.steps=3", "train.keep_last=10", *extra)
         assert run(cfg, problems=digit_problems(12)) == 0
         return [s for s, _ in ckpt.list_checkpoints(out)]
 

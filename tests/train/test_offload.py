@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _train_tasks import crash_copy, FIRST_DIGIT, digit_problems
+from _train_tasks import crash_copy, FIRST_DIGIT, digit_problems, step_rows as _steps
 from safetensors.torch import load_file
 
 from mathrl.config import load_config
@@ -20,7 +20,6 @@ from mathrl.train import checkpoint as ckpt
 from mathrl.train import run
 from mathrl.train.engines import build_engine
 from mathrl.train.ds_json import ds_config, offloads_optimizer, optimizer_block
-from mathrl.train.metrics import read_metrics
 
 pytestmark = pytest.mark.slow
 
@@ -34,9 +33,6 @@ def _cfg(model_dir, out, *extra):
         "train.batch_size=4", "train.lr=1e-2", "algo.kl_coef=0.04", "data.template=chat_boxed",
         f"train.output_dir={out}", "logging.tensorboard=false", FIRST_DIGIT, *ARGS, *extra])
 
-
-def _steps(out):
-    return [m for m in read_metrics(out / "metrics.jsonl") if "event" not in m]
 
 
 def _weights(out):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _train_tasks import crash_copy, FIRST_DIGIT, digit_problems, without_timing
+from _train_tasks import crash_copy, digit_problems, without_timing, step_rows as _steps, digit_cfg as _digit_cfg
 from safetensors.torch import load_file
 
 from mathrl.config import load_config
@@ -20,19 +20,10 @@ pytestmark = pytest.mark.slow
 QUIET = ["logging.tensorboard=false"]
 
 
-def _steps(out: Path) -> list[dict]:
-    return [m for m in read_metrics(out / "metrics.jsonl") if "event" not in m]
-
 
 def _policy_weights(folder: Path) -> dict[str, torch.Tensor]:
     return load_file(str(folder / "policy" / "model.safetensors"))
 
-
-def _digit_cfg(model_dir, out, *extra):
-    return load_config(None, [
-        f"model.name={model_dir}", "rollout.backend=hf", "rollout.max_tokens=5", "rollout.n=4",
-        "train.batch_size=4", "train.lr=1e-2", "algo.kl_coef=0.04", "data.template=chat_boxed",
-        f"train.output_dir={out}", FIRST_DIGIT, *QUIET, *extra])
 
 
 def test_grpo_e2e_with_verifier(tiny_model_dir, tmp_path, capsys):

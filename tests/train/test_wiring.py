@@ -4,11 +4,9 @@ trainer: the KL in the reward with a group estimator, the LR schedule over a who
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
-from _train_tasks import crash_copy, FIRST_DIGIT, digit_problems, without_timing
+from _train_tasks import crash_copy, digit_problems, without_timing, digit_cfg, step_rows as _steps
 from safetensors.torch import load_file
 
 from mathrl.config import load_config
@@ -17,13 +15,13 @@ from mathrl.train import run
 from mathrl.data.splits import step_indices
 from mathrl.train.loop import compute_advantages
 from mathrl.train.models import optimizer_steps_per_rl_step
-from mathrl.train.metrics import read_metrics
 
 QUIET = ["logging.tensorboard=false", "logging.console=plain"]
 
 
-def _steps(out: Path) -> list[dict]:
-    return [m for m in read_metrics(out / "metrics.jsonl") if "event" not in m]
+def _digit_cfg(model_dir, out, *extra):
+    return digit_cfg(model_dir, out, "logging.console=plain", *extra)
+
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "dr_grpo", "rloo"])
@@ -52,12 +50,6 @@ def test_file_order_when_shuffle_is_off():
     assert step_indices(5, 1, 3, seed=1, shuffle=False) == [3, 4, 0]
     assert step_indices(5, 0, 5, seed=1) != [0, 1, 2, 3, 4] or step_indices(5, 0, 5, seed=2) != [0, 1, 2, 3, 4]
 
-
-def _digit_cfg(model_dir, out, *extra):
-    return load_config(None, [
-        f"model.name={model_dir}", "rollout.backend=hf", "rollout.max_tokens=5", "rollout.n=4",
-        "train.batch_size=4", "train.lr=1e-2", "algo.kl_coef=0.04", "data.template=chat_boxed",
-        f"train.output_dir={out}", FIRST_DIGIT, *QUIET, *extra])
 
 
 LINEAR = [1.0, 2 / 3, 1 / 3, 0.0]  # after RL steps 1..4 of 4 with 1 warm-up step (in RL steps)
