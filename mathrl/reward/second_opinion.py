@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from functools import lru_cache
 
 from mathrl.reward.normalize import clean
 from mathrl.reward.numbers import exact_number
@@ -71,17 +72,26 @@ def _boxed(s: str) -> str:
     return "\\boxed{" + s + "}"
 
 
+@lru_cache(maxsize=2048)
+def _parsed(s: str) -> tuple:
+    """math-verify's parse of a boxed final answer, kept: in training a gold is graded G times per
+    step and a group's answers repeat (sympy values are immutable, so sharing them is safe)."""
+    from math_verify import parse
+
+    return tuple(parse(_boxed(s), parsing_timeout=None))
+
+
 def math_verify_equal(gold: str, answer: str) -> bool:
     """math-verify's verdict on (gold, answer), both given as final answers (so both are boxed for
     its parser). False when math-verify is not installed or fails."""
     try:
-        from math_verify import parse, verify
+        from math_verify import verify
     except ImportError:  # pragma: no cover - math-verify is a required dependency
         return False
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # its "timeout is disabled" warning
     try:
-        g = parse(_boxed(gold), parsing_timeout=None)
-        a = parse(_boxed(answer), parsing_timeout=None)
+        g = list(_parsed(gold))
+        a = list(_parsed(answer))
         if not g or not a:
             return False
         return bool(verify(g, a, timeout_seconds=None))

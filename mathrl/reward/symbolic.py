@@ -1,7 +1,8 @@
 """sympy comparison of two scalar answers (the last stage of :mod:`mathrl.reward.equiv`).
 
-:func:`to_sympy` parses a cleaned scalar with latex2sympy2_extended (the parser math-verify uses;
-decimals become exact fractions first, ``i`` is the imaginary unit, ``e`` Euler's number);
+:func:`to_sympy` parses a cleaned scalar, the common subset with :mod:`mathrl.reward.fastlatex`, the
+rest with latex2sympy2_extended (the parser math-verify uses; decimals become exact fractions first,
+``i`` is the imaginary unit, ``e`` Euler's number);
 :func:`sympy_equal` compares two parsed values: constants by evaluating both at 60 significant digits
 with a relative difference below 1e-40 (or the user's ``reward.rel_tol``, :data:`REL_TOL`), expressions
 with symbols at 5 random rational points, then by ``simplify(a - b) == 0``.
@@ -15,6 +16,7 @@ from contextvars import ContextVar
 from fractions import Fraction
 from functools import lru_cache
 
+from mathrl.reward.fastlatex import fast_parse
 from mathrl.reward.normalize import guard, match_close
 
 __all__ = ["DIGITS", "REL_TOL", "REL_TOL_EXP", "num_close", "sympy_equal", "to_sympy"]
@@ -59,13 +61,9 @@ def plain_to_latex(t: str) -> str:
     return t
 
 
-@lru_cache(maxsize=4096)
-def to_sympy(text: str):
-    """Parse a cleaned scalar with latex2sympy; decimals become exact fractions."""
-    guard(text)
-    from latex2sympy2_extended.latex2sympy2 import NormalizationConfig, latex2sympy
-    import sympy
-
+def prepare(text: str) -> str:
+    """The text :func:`to_sympy` parses: CAS notation as LaTeX, ``pi``/``inf`` as commands, ``**``
+    as ``^``, decimals as exact fractions (``0.25`` -> ``{\\frac{25}{100}}``)."""
     t = plain_to_latex(text)
     t = re.sub(r"(?<![\\A-Za-z])pi\b", r"\\pi ", t)
     t = re.sub(r"(?<![\\A-Za-z])(?:infinity|inf)\b", r"\\infty ", t)
@@ -75,7 +73,14 @@ def to_sympy(text: str):
         whole, frac = m.group(1), m.group(2)
         return "{\\frac{%s}{%s}}" % (int(whole + frac), 10 ** len(frac))
 
-    t = re.sub(r"(?<![\d.])(\d*)\.(\d+)(?![\d.])", dec, t)
+    return re.sub(r"(?<![\d.])(\d*)\.(\d+)(?![\d.])", dec, t)
+
+
+def latex2sympy_value(t: str):
+    """latex2sympy's value of a prepared text, ``i`` as the imaginary unit, ``e`` as Euler's number."""
+    from latex2sympy2_extended.latex2sympy2 import NormalizationConfig, latex2sympy
+    import sympy
+
     cfg = NormalizationConfig(basic_latex=True, units=False, malformed_operators=True, nits=False,
                               boxed="none", equations=False)
     expr = latex2sympy(t, normalization_config=cfg)
@@ -93,6 +98,16 @@ def to_sympy(text: str):
         except Exception:
             pass
     return expr
+
+
+@lru_cache(maxsize=4096)
+def to_sympy(text: str):
+    """Parse a cleaned scalar: the common subset directly (:mod:`mathrl.reward.fastlatex`), the rest
+    with latex2sympy; decimals become exact fractions."""
+    guard(text)
+    t = prepare(text)
+    expr = fast_parse(t)
+    return expr if expr is not None else latex2sympy_value(t)
 
 
 def num_close(a, b) -> bool | None:
