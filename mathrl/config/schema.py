@@ -296,6 +296,11 @@ class TrainConfig:
         "the settings to change.", ge=1)
     share_prompt: bool = option(True, "Run each group's prompt once in training forwards and let its G responses "
                                 "attend to the shared cache (exact; saves (G-1)/G of the prompt compute).")
+    packing: bool = option(True, "With train.share_prompt, pack each group's responses first-fit into rows no wider "
+                           "than the longest, with a mask that keeps them apart (mathrl/train/packing.py), so short "
+                           "responses are not padded to the longest; logprobs and gradients equal the padded "
+                           "layout's (tested). Needs sdpa or eager attention and no gradient checkpointing; "
+                           "otherwise the padded layout is used.")
     lr: float = option(1e-6, "Policy learning rate (AdamW).", gt=0.0)
     critic_lr: float = option(1e-5, "Critic learning rate (PPO).", gt=0.0)
     lr_schedule: Literal["constant", "linear", "cosine"] = option("constant", "Learning-rate schedule after "

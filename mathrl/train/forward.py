@@ -26,9 +26,8 @@ import torch
 from torch import Tensor
 
 from mathrl.algo.logprobs import logprobs_and_entropy_from_logits, logprobs_from_logits
-
-
-import inspect
+from mathrl.train.packing import (CacheCaller, PackedMicroBatch, make_packed_micro_batch, packed_policy_forward,
+                                  packed_value_forward, packing_supported)
 
 
 @dataclass
@@ -103,7 +102,13 @@ def agreed_plan(plan: list[Tensor], group_size: int = 1) -> list[tuple[Tensor, b
 
 
 def make_micro_batch(prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, response_mask: Tensor,
-                     rows: Tensor, device: torch.device | str = "cpu", group_size: int = 1) -> MicroBatch:
+                     rows: Tensor, device: torch.device | str = "cpu", group_size: int = 1,
+                     packed: bool = False) -> MicroBatch | PackedMicroBatch:
+    """The micro-batch of ``rows``: padded (``[prompt | response]`` per row, trimmed), or with
+    ``packed`` and whole groups (``group_size > 1``) each group's responses packed into rows no wider
+    than the longest (:mod:`mathrl.train.packing`)."""
+    if packed and group_size > 1:
+        return make_packed_micro_batch(prompt_ids, prompt_mask, response_ids, response_mask, rows, device, group_size)
     if rows.numel() % max(1, group_size):
         raise ValueError(f"micro-batch of {rows.numel()} rows is not made of whole groups of {group_size}")
     pm, rm = prompt_mask[rows], response_mask[rows]
@@ -120,13 +125,14 @@ def make_micro_batch(prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tens
                       group_size=max(1, group_size))
 
 
+def layout_choice(model, packing: bool) -> bool:
+    """``packing`` where ``model`` can run the packed layout: its attention takes the 4D mask and
+    gradient checkpointing (which drops the prompt's cache) is off."""
+    return bool(packing) and packing_supported(model) and not _checkpointing(model)
+
+
 def _unwrap(model):
     return getattr(model, "module", model)
-
-
-def _cache_kw(model) -> str:
-    # transformers >= 5.2x names the forward's cache argument `cache` (older: `past_key_values`)
-    return "cache" if "cache" in inspect.signature(_unwrap(model).forward).parameters else "past_key_values"
 
 
 def _checkpointing(model) -> bool:
@@ -143,7 +149,7 @@ def response_logits(model, mb: MicroBatch) -> Tensor:
         out = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids,
                     use_cache=False, logits_to_keep=mb.T + 1)
         return out.logits[:, :-1]  # positions P-1 .. P+T-2 predict response tokens 0 .. T-1
-    first, rest = _shared_prompt_pass(_KwCache(model), mb, {"logits_to_keep": 1})
+    first, rest = _shared_prompt_pass(CacheCaller(model), mb, {"logits_to_keep": 1})
     return torch.cat([first.logits[:, -1:].repeat_interleave(g, 0), rest.logits[:, :-1]], 1)
 
 
@@ -151,6 +157,8 @@ def policy_forward(model, mb: MicroBatch, *, temperature: float = 1.0, with_entr
                    ) -> tuple[Tensor, Tensor | None]:
     """Per-token logprobs ``[n, T]`` (0 at padding) of the response under ``softmax(logits / T)``,
     and optionally per-token entropies."""
+    if isinstance(mb, PackedMicroBatch):
+        return packed_policy_forward(model, mb, temperature=temperature, with_entropy=with_entropy)
     logits = response_logits(model, mb)
     if with_entropy:  # one fused pass: a single [n, T, V] gradient instead of two
         return logprobs_and_entropy_from_logits(logits, mb.response_ids, mb.response_mask, temperature=temperature)
@@ -178,32 +186,20 @@ def value_forward(critic, mb: MicroBatch) -> Tensor:
     With whole groups (``group_size > 1``) the backbone runs each prompt once, as in
     :func:`response_logits`; the value of the state before response token 0 comes from the prompt's
     last position."""
+    if isinstance(mb, PackedMicroBatch):
+        return packed_value_forward(critic, mb)
     g = mb.group_size
     if g == 1 or _checkpointing(critic):
         v = critic(mb.input_ids, mb.attention_mask, mb.position_ids)
         v = v[:, mb.P - 1: mb.P - 1 + mb.T]
     else:
         m = _unwrap(critic)
-        backbone = _KwCache(m.backbone)
+        backbone = CacheCaller(m.backbone)
         first, rest = _shared_prompt_pass(backbone, mb, {})
         hidden = torch.cat([first.last_hidden_state[:, -1:].repeat_interleave(g, 0),
                             rest.last_hidden_state[:, :-1]], 1)
         v = m.value_head(hidden).squeeze(-1).float()
     return torch.where(mb.response_mask, v, torch.zeros_like(v))
-
-
-class _KwCache:
-    """Calls ``model`` passing ``cache_kw=`` under the name its forward uses (``cache`` or
-    ``past_key_values``, depending on the transformers version)."""
-
-    def __init__(self, model):
-        self.model = model
-        self.kw = _cache_kw(model)
-        self.config = _unwrap(model).config
-        self.module = _unwrap(model)
-
-    def __call__(self, *, cache_kw, **kwargs):
-        return self.model(**kwargs, **{self.kw: cache_kw})
 
 
 def scatter_rows(full: Tensor, mb: MicroBatch, values: Tensor) -> None:
@@ -213,12 +209,13 @@ def scatter_rows(full: Tensor, mb: MicroBatch, values: Tensor) -> None:
 
 @torch.no_grad()
 def batch_logprobs(model, prompt_ids, prompt_mask, response_ids, response_mask, *, token_budget: int,
-                   temperature: float, device, group_size: int = 1) -> Tensor:
+                   temperature: float, device, group_size: int = 1, packed: bool = False) -> Tensor:
     """Logprobs ``[N, T]`` of every response token under ``model`` (no grad), micro-batched."""
     full = torch.zeros(response_ids.shape, dtype=torch.float32)
     plan = plan_micro_batches(prompt_mask, response_mask, token_budget, group_size=group_size)
     for rows, real in agreed_plan(plan, group_size):  # same forward count on every rank (ZeRO-3 gathers)
-        mb = make_micro_batch(prompt_ids, prompt_mask, response_ids, response_mask, rows, device, group_size)
+        mb = make_micro_batch(prompt_ids, prompt_mask, response_ids, response_mask, rows, device, group_size,
+                              layout_choice(model, packed))
         logp, _ = policy_forward(model, mb, temperature=temperature)
         if real:
             scatter_rows(full, mb, logp)
@@ -227,12 +224,13 @@ def batch_logprobs(model, prompt_ids, prompt_mask, response_ids, response_mask, 
 
 @torch.no_grad()
 def batch_values(critic, prompt_ids, prompt_mask, response_ids, response_mask, *, token_budget: int,
-                 device, group_size: int = 1) -> Tensor:
+                 device, group_size: int = 1, packed: bool = False) -> Tensor:
     """Critic values ``[N, T]`` (no grad), micro-batched."""
     full = torch.zeros(response_ids.shape, dtype=torch.float32)
     plan = plan_micro_batches(prompt_mask, response_mask, token_budget, group_size=group_size)
     for rows, real in agreed_plan(plan, group_size):
-        mb = make_micro_batch(prompt_ids, prompt_mask, response_ids, response_mask, rows, device, group_size)
+        mb = make_micro_batch(prompt_ids, prompt_mask, response_ids, response_mask, rows, device, group_size,
+                              layout_choice(critic, packed))
         v = value_forward(critic, mb)
         if real:
             scatter_rows(full, mb, v)

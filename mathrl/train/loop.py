@@ -115,7 +115,8 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
     mask = batch.response_mask.bool()
     pids, pmask, rids = batch.prompt_ids, batch.prompt_mask, batch.response_ids
     gs = group_share(cfg)  # rows per shared prompt in the forwards (train.share_prompt)
-    fwd = dict(token_budget=t.micro_batch_tokens, device=device(), group_size=gs)
+    fwd = dict(token_budget=t.micro_batch_tokens, device=device(), group_size=gs,
+               packed=cfg.train.packing)  # each model where it can (train.packing)
     temperature = sampling_temperature(r)  # logprobs of the distribution that was sampled
 
     # 4. no-grad forwards. The old logprobs equal the current ones (and are not computed) when the

@@ -14,7 +14,7 @@ from mathrl.algo.correction import mismatch_stats, tis_weights
 from mathrl.algo.losses import POLICY_LOSSES, agg_loss, value_loss
 from mathrl.config import Config
 from mathrl.train.engines import all_ranks_ok, device, discard_gradients
-from mathrl.train.forward import make_micro_batch, policy_forward, value_forward
+from mathrl.train.forward import layout_choice, make_micro_batch, policy_forward, value_forward
 from mathrl.train.models import GradGuard
 
 
@@ -39,6 +39,12 @@ class TrainBatch:
 def group_share(cfg: Config) -> int:
     """Rows per shared prompt in training forwards (1 = no sharing)."""
     return cfg.rollout.n if cfg.train.share_prompt and cfg.rollout.n > 1 else 1
+
+
+def packed(cfg: Config, model) -> bool:
+    """Whether training forwards of ``model`` pack each group's responses (train.packing, where the
+    model can: mathrl/train/packing.py)."""
+    return layout_choice(model, cfg.train.packing)
 
 
 def sampling_temperature(r) -> float:
@@ -97,10 +103,12 @@ def update_policy(cfg: Config, dist, models, tb: TrainBatch, plan, norms, stats_
     engine.train()
     problem = None
     gs = group_share(cfg)
+    pack = packed(cfg, engine)
     n_real = sum(real for _, real in plan)
     batch, old_logp, ref_logp = tb.batch, tb.old_logp, tb.ref_logp
     for i, (rows, real) in enumerate(plan):
-        mb = make_micro_batch(batch.prompt_ids, batch.prompt_mask, batch.response_ids, tb.mask, rows, device(), gs)
+        mb = make_micro_batch(batch.prompt_ids, batch.prompt_mask, batch.response_ids, tb.mask, rows, device(), gs,
+                              pack)
         # entropy comes from the same fused pass as the logprobs; it enters the loss only with a bonus
         logp, ent = policy_forward(engine, mb, temperature=sampling_temperature(r), with_entropy=True)
         m = mb.response_mask
@@ -163,7 +171,7 @@ def update_critic(cfg: Config, dist, models, tb: TrainBatch, plan, norms, stats_
     n_real = sum(real for _, real in plan)
     for i, (rows, real) in enumerate(plan):
         mb = make_micro_batch(tb.batch.prompt_ids, tb.batch.prompt_mask, tb.batch.response_ids, tb.mask, rows,
-                              device(), group_share(cfg))
+                              device(), group_share(cfg), packed(cfg, engine))
         v = value_forward(engine, mb)
         m = mb.response_mask
         loss, st = value_loss(v, tb.old_values[rows, : mb.T].to(v.device), tb.returns[rows, : mb.T].to(v.device),

@@ -25,8 +25,8 @@ Tolerances (float32 throughout): values atol 1e-5 / rtol 1e-5, gradients atol 1e
 
 from __future__ import annotations
 
-import copy
 import dataclasses
+import functools
 import os
 from dataclasses import dataclass
 
@@ -38,6 +38,7 @@ from mathrl.models.value_head import ValueModel
 from mathrl.procs import DIST_ENV_VARS
 from mathrl.train.forward import (batch_logprobs, batch_values, make_micro_batch, plan_micro_batches,
                                   policy_forward, value_forward)
+from mathrl.train.packing import make_packed_micro_batch
 
 VOCAB = 256
 G = 4                                  # responses per prompt
@@ -215,13 +216,20 @@ def test_batch_shape_is_what_the_reference_needs(batch):
 
 # ---- policy: logprobs, entropies, gradients ------------------------------------------------------
 
-@pytest.mark.parametrize("gs", [1, G], ids=["plain", "shared"])
+PACKED = functools.partial(make_micro_batch, packed=True)
+# (group size, packed): padded rows alone, padded with a shared prompt, the shared prompt with each
+# group's responses packed into bins (mathrl/train/packing.py)
+LAYOUTS = {"plain": (1, False), "shared": (G, False), "packed": (G, True)}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
 @pytest.mark.parametrize("arch", list(ARCHS))
-def test_policy_forward_matches_row_alone_reference(batch, arch, attn, gs):
+def test_policy_forward_matches_row_alone_reference(batch, arch, attn, layout):
+    gs, packed = LAYOUTS[layout]
     ref_lp, ref_ent, ref_grads = _policy_reference(arch, attn, batch)
     model = _model(arch, attn).train()
-    lp, ent, grads = _mathrl_policy(model, batch, gs)
+    lp, ent, grads = _mathrl_policy(model, batch, gs, builder=PACKED if packed else make_micro_batch)
     d_lp = _compare_rows(lp, ref_lp, batch, f"{arch}/{attn}/gs={gs} logprobs")
     d_ent = _compare_rows(ent, ref_ent, batch, f"{arch}/{attn}/gs={gs} entropies")
     d_grad = _compare_grads(grads, ref_grads, f"{arch}/{attn}/gs={gs}")
@@ -234,11 +242,11 @@ def test_batch_logprobs_matches_row_alone_reference(batch, arch, attn):
     ref_lp, _, _ = _policy_reference(arch, attn, batch)
     model = _model(arch, attn).eval()
     diffs = {}
-    for gs in (1, G):
+    for layout, (gs, packed) in LAYOUTS.items():
         _plan(batch, gs)
         full = batch_logprobs(model, batch.pids, batch.pmask, batch.rids, batch.rmask, token_budget=BUDGET,
-                              temperature=TEMP, device="cpu", group_size=gs)
-        diffs[f"gs={gs}"] = _compare_rows(full, ref_lp, batch, f"batch_logprobs {arch}/{attn}/gs={gs}")
+                              temperature=TEMP, device="cpu", group_size=gs, packed=packed)
+        diffs[layout] = _compare_rows(full, ref_lp, batch, f"batch_logprobs {arch}/{attn}/{layout}")
     _report(f"batch_logprobs {arch}/{attn}", **diffs)
 
 
@@ -258,20 +266,20 @@ def test_values_match_row_alone_reference(batch, arch, attn):
     critic = _critic(arch, attn)
     ref_v, ref_grads = _reference_values(critic, batch)
     diffs = {}
-    for gs in (1, G):
+    for layout, (gs, packed) in LAYOUTS.items():
         critic.zero_grad(set_to_none=True)
         full = torch.zeros(batch.rids.shape)
         for rows in _plan(batch, gs):
-            mb = make_micro_batch(batch.pids, batch.pmask, batch.rids, batch.rmask, rows, "cpu", gs)
+            mb = make_micro_batch(batch.pids, batch.pmask, batch.rids, batch.rmask, rows, "cpu", gs, packed)
             v = value_forward(critic, mb)
             (batch.w_ent[rows, : mb.T] * v).sum().backward()
             full[rows, : mb.T] = v.detach()
-        diffs[f"values gs={gs}"] = _compare_rows(full, ref_v, batch, f"values {arch}/{attn}/gs={gs}")
-        diffs[f"grad gs={gs}"] = _compare_grads(_grads(critic), ref_grads, f"critic {arch}/{attn}/gs={gs}")
+        diffs[f"values {layout}"] = _compare_rows(full, ref_v, batch, f"values {arch}/{attn}/{layout}")
+        diffs[f"grad {layout}"] = _compare_grads(_grads(critic), ref_grads, f"critic {arch}/{attn}/{layout}")
         with torch.no_grad():
             bv = batch_values(critic, batch.pids, batch.pmask, batch.rids, batch.rmask, token_budget=BUDGET,
-                              device="cpu", group_size=gs)
-        diffs[f"batch_values gs={gs}"] = _compare_rows(bv, ref_v, batch, f"batch_values {arch}/{attn}/gs={gs}")
+                              device="cpu", group_size=gs, packed=packed)
+        diffs[f"batch_values {layout}"] = _compare_rows(bv, ref_v, batch, f"batch_values {arch}/{attn}/{layout}")
     _report(f"critic {arch}/{attn}", **diffs)
 
 
@@ -307,6 +315,43 @@ def _prompt_positions_from_zero(*args, **kw):
 
 MUTATIONS = {f.__name__.lstrip("_"): f for f in (_response_positions_count_prompt_padding, _attend_to_padding,
                                                  _response_shifted_by_one, _prompt_positions_from_zero)}
+
+
+def _packed_responses_see_each_other(*args, **kw):
+    """Packed bins with a plain causal mask: a response attends to the responses packed before it."""
+    mb = make_packed_micro_batch(*args, **kw)
+    mask = mb.attention_mask.clone()
+    mask[..., mb.P:] |= torch.ones(mb.W, mb.W, dtype=torch.bool).tril()
+    return dataclasses.replace(mb, attention_mask=mask)
+
+
+def _packed_positions_run_on(*args, **kw):
+    """Packed bins whose positions run on through the bin instead of restarting for each response."""
+    mb = make_packed_micro_batch(*args, **kw)
+    start = mb.prompt_mask.sum(1)[mb.bin_group]
+    return dataclasses.replace(mb, pos=start[:, None] + torch.arange(mb.W))
+
+
+def _packed_targets_shifted(*args, **kw):
+    """Packed bins where each column scores the token it was fed instead of the next one."""
+    mb = make_packed_micro_batch(*args, **kw)
+    return dataclasses.replace(mb, targets=mb.ids)
+
+
+PACKED_MUTATIONS = {f.__name__.lstrip("_"): f for f in (_packed_responses_see_each_other, _packed_positions_run_on,
+                                                        _packed_targets_shifted)}
+
+
+@pytest.mark.parametrize("mutation", list(PACKED_MUTATIONS))
+def test_negative_control_mutated_packing_is_detected(batch, mutation):
+    ref_lp, _, _ = _policy_reference("llama", "sdpa", batch)
+    model = _model("llama", "sdpa").eval()
+    lp, _, _ = _mathrl_policy(model, batch, G, builder=PACKED_MUTATIONS[mutation], grad=False)
+    diff = _max_diff(lp, ref_lp)
+    _report(f"negative control packed/{mutation}", logp=diff)
+    with pytest.raises(AssertionError):
+        _compare_rows(lp, ref_lp, batch, mutation)
+    assert diff > 100 * ATOL
 
 
 @pytest.mark.parametrize("gs", [1, G], ids=["plain", "shared"])
@@ -357,7 +402,8 @@ def process_group(monkeypatch):
 @pytest.mark.slow  # starts DeepSpeed
 @pytest.mark.parametrize("stage", [1, 3])
 @pytest.mark.parametrize("arch", list(ARCHS))
-def test_deepspeed_engine_matches_row_alone_reference(batch, process_group, arch, stage):
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+def test_deepspeed_engine_matches_row_alone_reference(batch, process_group, arch, stage, packed):
     from deepspeed.utils import safe_get_full_grad
 
     from mathrl.train.engines import build_engine
@@ -372,12 +418,12 @@ def test_deepspeed_engine_matches_row_alone_reference(batch, process_group, arch
     for gs in (1, G):
         with torch.no_grad():
             full = batch_logprobs(engine, batch.pids, batch.pmask, batch.rids, batch.rmask, token_budget=BUDGET,
-                                  temperature=TEMP, device="cpu", group_size=gs)
+                                  temperature=TEMP, device="cpu", group_size=gs, packed=packed)
         diffs[f"batch_logprobs gs={gs}"] = _compare_rows(full, ref_lp, batch, f"engine z{stage} batch_logprobs")
     # policy_forward(engine, mb) with gradients, as the trainer runs it (one backward per micro-batch)
     lp_full, ent_full = torch.zeros(batch.rids.shape), torch.zeros(batch.rids.shape)
     for rows in _plan(batch, G):
-        mb = make_micro_batch(batch.pids, batch.pmask, batch.rids, batch.rmask, rows, "cpu", G)
+        mb = make_micro_batch(batch.pids, batch.pmask, batch.rids, batch.rmask, rows, "cpu", G, packed)
         lp, ent = policy_forward(engine, mb, temperature=TEMP, with_entropy=True)
         loss = (batch.w_lp[rows, : mb.T] * lp).sum() + (batch.w_ent[rows, : mb.T] * ent).sum()
         engine.backward(loss, scale_wrt_gas=False)
@@ -387,4 +433,4 @@ def test_deepspeed_engine_matches_row_alone_reference(batch, process_group, arch
     grads = {n: safe_get_full_grad(p) for n, p in engine.module.named_parameters()}
     diffs["grad"] = _compare_grads({n: g.float().reshape(ref_grads[n].shape) for n, g in grads.items()
                                     if g is not None}, ref_grads, f"engine z{stage} {arch}")
-    _report(f"engine {arch}/zero{stage}", **diffs)
+    _report(f"engine {arch}/zero{stage}/{'packed' if packed else 'padded'}", **diffs)
