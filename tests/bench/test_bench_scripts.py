@@ -175,3 +175,18 @@ def test_bench_gpu_help_and_cpu_smoke(tmp_path):
     assert "no DeepSpeed" in tr["optimizer"] and tr["update_s_median"] > 0 and tr["train_flops"] > 0
     assert ge["mathrl_hf"]["tokens"] > 0 and ge["raw_hf_generate"]["tokens"] > 0
     assert res["markdown"].startswith("| GPU measurement |")
+
+
+@pytest.mark.slow
+def test_bench_packing_smoke(embedded_model_path):
+    """scripts/bench_packing.py end to end at a tiny size on the real model: both layouts, the table,
+    and packing removes padding where lengths are spread."""
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "bench_packing.py"), "--prompts", "2", "--group", "8",
+                           "--max-tokens", "32", "--repeats", "1", "--model", str(embedded_model_path)],
+                          cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [line.split("|")[1:-1] for line in proc.stdout.splitlines() if line.startswith(("| equal", "| spread"))]
+    assert [(r[0].strip(), r[3].strip()) for r in rows] == [("equal", "padded"), ("equal", "packed"),
+                                                           ("spread", "padded"), ("spread", "packed")]
+    frac = {(r[0].strip(), r[3].strip()): float(r[4]) for r in rows}
+    assert frac[("spread", "packed")] < frac[("spread", "padded")]
