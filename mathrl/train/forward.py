@@ -213,9 +213,9 @@ def batch_logprobs(model, prompt_ids, prompt_mask, response_ids, response_mask, 
     """Logprobs ``[N, T]`` of every response token under ``model`` (no grad), micro-batched."""
     full = torch.zeros(response_ids.shape, dtype=torch.float32)
     plan = plan_micro_batches(prompt_mask, response_mask, token_budget, group_size=group_size)
+    pack = layout_choice(model, packed)
     for rows, real in agreed_plan(plan, group_size):  # same forward count on every rank (ZeRO-3 gathers)
-        mb = make_micro_batch(prompt_ids, prompt_mask, response_ids, response_mask, rows, device, group_size,
-                              layout_choice(model, packed))
+        mb = make_micro_batch(prompt_ids, prompt_mask, response_ids, response_mask, rows, device, group_size, pack)
         logp, _ = policy_forward(model, mb, temperature=temperature)
         if real:
             scatter_rows(full, mb, logp)
@@ -228,9 +228,9 @@ def batch_values(critic, prompt_ids, prompt_mask, response_ids, response_mask, *
     """Critic values ``[N, T]`` (no grad), micro-batched."""
     full = torch.zeros(response_ids.shape, dtype=torch.float32)
     plan = plan_micro_batches(prompt_mask, response_mask, token_budget, group_size=group_size)
+    pack = layout_choice(critic, packed)
     for rows, real in agreed_plan(plan, group_size):
-        mb = make_micro_batch(prompt_ids, prompt_mask, response_ids, response_mask, rows, device, group_size,
-                              layout_choice(critic, packed))
+        mb = make_micro_batch(prompt_ids, prompt_mask, response_ids, response_mask, rows, device, group_size, pack)
         v = value_forward(critic, mb)
         if real:
             scatter_rows(full, mb, v)
