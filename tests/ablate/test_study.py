@@ -160,7 +160,7 @@ def test_offline_rft_trains_on_samples_of_the_initial_model(tmp_path, digit_mode
     shutil.rmtree(part / "checkpoints" / "step_000003")
     from mathrl.train.checkpoint import TrainingError
 
-    with pytest.raises(TrainingError, match="rft_pool.rank0.safetensors\) are missing"):
+    with pytest.raises(TrainingError, match=r"rft_pool.rank0.safetensors\) are missing"):
         run_method("rft", cfg, rft_opts={"dedup": False}, task=task)
 
 
