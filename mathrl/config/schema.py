@@ -201,6 +201,10 @@ class RewardConfig:
     timeout: float = option(5.0, "Hard per-response verification timeout in seconds (the worker is killed).",
                             gt=0.0)
     workers: Optional[int] = option(None, "Verifier worker processes (None = number of cores).", ge=1)
+    stream: bool = option(True, "Grade each response as soon as the rollout engine has finished it, while the "
+                          "rest are still generating (hf: per response; vllm: per prompt group), so grading "
+                          "adds little to the step. The grades are the same either way; false grades the whole "
+                          "batch after generation.")
     rel_tol: float = option(0.0, "Relative tolerance for numeric answers: |a - g| <= rel_tol * max(|a|, |g|) "
                             "counts as equal. 0 (the default) compares numbers exactly, so 0.333 is not 1/3; "
                             "some graders accept ~1e-4 (say so when you report numbers).", ge=0.0, lt=1.0)

@@ -1,4 +1,5 @@
-"""Public grading API: :func:`grade` and :func:`grade_batch`.
+"""Public grading API: :func:`grade`, :func:`grade_batch` and :class:`GradeStream` (grading while a
+rollout engine is still generating).
 
 Hard timeouts: everything that can be slow (sympy) runs in the worker pool
 (:mod:`mathrl.reward.pool`), whose deadline is enforced by the *calling* process with
@@ -10,13 +11,15 @@ in microseconds and gives the same verdict the worker would.
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from collections.abc import Sequence
 
 from mathrl.reward.grader import Grade, fast_grade
 from mathrl.reward.pool import get_pool
 
-__all__ = ["grade", "grade_batch"]
+__all__ = ["GradeStream", "grade", "grade_batch"]
 
 
 def _check_timeout(timeout: float) -> float:
@@ -108,3 +111,84 @@ def grade_batch(
     if durations is not None and times is not None:
         durations[:] = times
     return out  # type: ignore[return-value]
+
+
+class GradeStream:
+    """Grades responses while the engine is still generating the rest (``rollout`` calls
+    :meth:`put` as each response finishes; see ``RolloutEngine.generate(on_row=...)``).
+
+    A background thread takes whatever has arrived and grades it with :func:`grade_batch` (the
+    in-process fast path, then the worker pool with its hard timeouts), so verdicts are those of
+    ``grade_batch`` on the same inputs by construction. :meth:`finish` is handed the final
+    responses: any row that never arrived, or arrived with a different text, is graded then, so an
+    engine that streams nothing (or streams wrongly) still gets every row graded right.
+
+    ``golds``: one gold answer per row; the other arguments as for :func:`grade_batch`.
+    """
+
+    def __init__(self, golds: Sequence[str], *, timeout: float = 5.0, workers: int | None = None,
+                 rel_tol: float = 0.0) -> None:
+        self.golds = list(golds)
+        self._kw = dict(timeout=_check_timeout(timeout), workers=workers, rel_tol=rel_tol)
+        self._queue: queue.Queue = queue.Queue()
+        self._got: dict[int, tuple[str, bool, Grade]] = {}
+        self._error: BaseException | None = None
+        self.streamed = 0  # rows graded before finish()
+        self._thread = threading.Thread(target=self._serve, name="mathrl-grade-stream", daemon=True)
+        self._thread.start()
+
+    def put(self, row: int, response: str, truncated: bool) -> None:
+        """Row ``row`` has finished with ``response`` (``truncated``: stopped at the length limit).
+        Returns at once; never raises for bad input (it is graded like any other response)."""
+        self._queue.put((int(row), response, bool(truncated)))
+
+    def _serve(self) -> None:
+        while True:
+            items = [self._queue.get()]
+            while True:
+                try:
+                    items.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            stop = any(it is None for it in items)
+            items = [it for it in items if it is not None and 0 <= it[0] < len(self.golds)]
+            if items and self._error is None:
+                try:
+                    res = grade_batch([r for _, r, _ in items], [self.golds[i] for i, _, _ in items],
+                                      truncated=[t for _, _, t in items], **self._kw)
+                    for (i, r, t), g in zip(items, res):
+                        self._got[i] = (r, t, g)
+                except BaseException as exc:  # re-raised by finish()
+                    self._error = exc
+            if stop:
+                return
+
+    def close(self) -> None:
+        """Stop the background thread without waiting for verdicts (the generation failed)."""
+        self._error = self._error or RuntimeError("GradeStream closed")
+        self._queue.put(None)
+
+    def finish(self, responses: Sequence[str], truncated: Sequence[bool]) -> list[Grade]:
+        """The grades of ``responses`` (the final batch, row order), waiting for those in flight."""
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        if len(responses) != len(self.golds) or len(truncated) != len(self.golds):
+            raise ValueError(f"GradeStream.finish: {len(responses)} responses and {len(truncated)} flags "
+                             f"for {len(self.golds)} golds")
+        out: list[Grade | None] = [None] * len(responses)
+        late = []
+        for i, (r, t) in enumerate(zip(responses, truncated)):
+            got = self._got.get(i)
+            if got is not None and got[0] == r and got[1] == bool(t):
+                out[i] = got[2]
+            else:
+                late.append(i)
+        self.streamed = len(responses) - len(late)
+        if late:
+            res = grade_batch([responses[i] for i in late], [self.golds[i] for i in late],
+                              truncated=[bool(truncated[i]) for i in late], **self._kw)
+            for i, g in zip(late, res):
+                out[i] = g
+        return out  # type: ignore[return-value]

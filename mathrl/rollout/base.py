@@ -12,6 +12,7 @@ import torch
 from mathrl.rollout.batch import RolloutBatch, SamplingConfig
 
 Prompts = Sequence[str] | Sequence[Sequence[int]]
+OnRow = Callable[[int, str, str], None]  # (row, response text, finish reason): a response has finished
 
 
 class RolloutEngine(abc.ABC):
@@ -27,8 +28,14 @@ class RolloutEngine(abc.ABC):
     add_special_tokens: bool = False
 
     @abc.abstractmethod
-    def generate(self, prompts: Prompts, n: int, sampling: SamplingConfig) -> RolloutBatch:
-        """Return a `RolloutBatch` of ``len(prompts) * n`` rows, prompt-major."""
+    def generate(self, prompts: Prompts, n: int, sampling: SamplingConfig,
+                 on_row: OnRow | None = None) -> RolloutBatch:
+        """Return a `RolloutBatch` of ``len(prompts) * n`` rows, prompt-major.
+
+        ``on_row(row, text, finish_reason)``, when given, is called for each row as soon as the engine
+        has finished it (the trainer grades it then, while the other rows are still decoding), with
+        the row's final ``response_text`` and ``finish_reason``; an engine that cannot tell may call it
+        for all rows at the end. It runs on the generating thread and must return quickly."""
 
     @abc.abstractmethod
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:

@@ -21,7 +21,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from mathrl.rollout.base import Prompts, RolloutEngine, check_n
+from mathrl.rollout.base import OnRow, Prompts, RolloutEngine, check_n
 from mathrl.rollout.batch import RolloutBatch, Sample, SamplingConfig, collate
 from mathrl.rollout.sampling import sample_tokens, sampling_logprobs
 
@@ -99,7 +99,8 @@ class HFRolloutEngine(RolloutEngine):
         self._closed = False
 
     # ---- generation -------------------------------------------------------------------------
-    def generate(self, prompts: Prompts, n: int, sampling: SamplingConfig) -> RolloutBatch:
+    def generate(self, prompts: Prompts, n: int, sampling: SamplingConfig,
+                 on_row: OnRow | None = None) -> RolloutBatch:
         check_n(n)
         if self._closed:
             raise RuntimeError("HFRolloutEngine.generate called after close()")
@@ -110,12 +111,13 @@ class HFRolloutEngine(RolloutEngine):
         samples: list[list[Sample]] = []
         with _eval_mode(self.model):
             for start in range(0, len(prompt_ids), per_chunk):
-                samples.extend(self._generate_chunk(prompt_ids[start:start + per_chunk], n, sampling, gen))
+                samples.extend(self._generate_chunk(prompt_ids[start:start + per_chunk], n, sampling, gen,
+                                                    on_row, start * n))
         return collate(prompt_ids, samples, prompt_text, self.pad_token_id, meta={"backend": "hf", "seed": seed})
 
     @torch.inference_mode()
-    def _generate_chunk(self, prompt_ids: list[list[int]], n: int, sp: SamplingConfig,
-                        gen: torch.Generator) -> list[list[Sample]]:
+    def _generate_chunk(self, prompt_ids: list[list[int]], n: int, sp: SamplingConfig, gen: torch.Generator,
+                        on_row: OnRow | None = None, row0: int = 0) -> list[list[Sample]]:
         from transformers import DynamicCache
 
         dev = self.device
@@ -152,6 +154,13 @@ class HFRolloutEngine(RolloutEngine):
         greedy = sp.temperature == 0
         stops = list(sp.stop)
         window = (max(len(s) for s in stops) + 3) if stops else 0
+        final_text: list[str | None] = [None] * rows
+
+        def finished(r: int) -> None:  # row r is complete: its text, streamed to on_row
+            text = self.tokenizer.decode(tokens[r, :lengths[r]].tolist(), skip_special_tokens=True)
+            final_text[r] = cut_at_stop(text, stops)[0] if stops and finish[r] == "stop" else text
+            if on_row is not None:
+                on_row(row0 + r, final_text[r], finish[r])
 
         for t in range(t_max):
             lprobs = sampling_logprobs(logits, sp.temperature, sp.top_k, sp.top_p)
@@ -173,6 +182,7 @@ class HFRolloutEngine(RolloutEngine):
                             done[k] = True
             for k in torch.nonzero(done).flatten().tolist():
                 finish[int(alive[k])] = "stop"
+                finished(int(alive[k]))
             if t == t_max - 1:
                 break
             keep = ~done
@@ -191,16 +201,16 @@ class HFRolloutEngine(RolloutEngine):
             logits = out.logits[:, -1, :]
             next_pos = next_pos + 1
 
+        for r in range(rows):  # the rows that ran to the length limit
+            if final_text[r] is None:
+                finished(r)
         groups: list[list[Sample]] = []
         for i in range(b):
             grp = []
             for j in range(n):
                 r = i * n + j
-                ids_r = tokens[r, :lengths[r]].tolist()
-                text = self.tokenizer.decode(ids_r, skip_special_tokens=True)
-                if stops and finish[r] == "stop":
-                    text, _ = cut_at_stop(text, stops)
-                grp.append(Sample(ids_r, logps[r, :lengths[r]].tolist(), finish[r], text))
+                grp.append(Sample(tokens[r, :lengths[r]].tolist(), logps[r, :lengths[r]].tolist(), finish[r],
+                                  final_text[r]))
             groups.append(grp)
         return groups
 

@@ -27,11 +27,11 @@ import tempfile
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
-from mathrl.rollout.base import Prompts, RolloutEngine, check_n
+from mathrl.rollout.base import OnRow, Prompts, RolloutEngine, check_n
 from mathrl.rollout.batch import RolloutBatch, Sample, SamplingConfig, collate
 from mathrl.rollout.colocate import ensure_awake
 
@@ -178,31 +178,39 @@ class _WorkerClient:
         except OSError:
             return ""
 
-    def _wait(self, timeout: float | None) -> Any:
+    def _wait(self, timeout: float | None, on_partial: Callable[[Any], None] | None = None) -> Any:
         deadline = None if timeout is None else time.monotonic() + timeout
-        while not self.conn.poll(1.0):
-            if self.proc.poll() is not None:
-                raise WorkerError(f"vLLM worker exited with code {self.proc.returncode}; log {self.log_path}:\n"
-                                  f"{self._log_tail()}")
-            if deadline is not None and time.monotonic() > deadline:
-                raise WorkerError(f"vLLM worker gave no answer within {timeout:.0f} s; log {self.log_path}:\n"
-                                  f"{self._log_tail()}")
-        try:
-            reply = self.conn.recv()
-        except EOFError:
-            raise WorkerError(f"vLLM worker closed the connection; log {self.log_path}:\n{self._log_tail()}") from None
+        while True:
+            while not self.conn.poll(1.0):
+                if self.proc.poll() is not None:
+                    raise WorkerError(f"vLLM worker exited with code {self.proc.returncode}; log {self.log_path}:"
+                                      f"\n{self._log_tail()}")
+                if deadline is not None and time.monotonic() > deadline:
+                    raise WorkerError(f"vLLM worker gave no answer within {timeout:.0f} s; log {self.log_path}:\n"
+                                      f"{self._log_tail()}")
+            try:
+                reply = self.conn.recv()
+            except EOFError:
+                raise WorkerError(f"vLLM worker closed the connection; log {self.log_path}:\n"
+                                  f"{self._log_tail()}") from None
+            if "partial" not in reply:
+                break
+            if on_partial is not None:  # a part of the answer, ahead of it (streamed generation)
+                on_partial(reply["partial"])
         if not reply["ok"]:
             raise WorkerError(f"vLLM worker: {reply['error']}\n{reply['traceback']}")
         return reply["result"]
 
-    def call(self, op: str, timeout: float | None = None, **kw) -> Any:
+    def call(self, op: str, timeout: float | None = None, on_partial: Callable[[Any], None] | None = None,
+             **kw) -> Any:
         if self.proc.poll() is not None:
             raise WorkerError(f"vLLM worker is not running (exit code {self.proc.returncode}); log {self.log_path}")
         self.conn.send({"op": op, **kw})
-        return self._wait(timeout)
+        return self._wait(timeout, on_partial)
 
-    def generate(self, prompt_ids, n, sampling):
-        return self.call("generate", prompt_ids=prompt_ids, n=n, sampling=sampling)
+    def generate(self, prompt_ids, n, sampling, emit=None):
+        return self.call("generate", prompt_ids=prompt_ids, n=n, sampling=sampling, stream=emit is not None,
+                         on_partial=None if emit is None else (lambda part: emit(*part)))
 
     def raw_generate_timed(self, prompt_ids, n, sampling):
         return self.call("raw_generate_timed", prompt_ids=prompt_ids, n=n, sampling=sampling)
@@ -368,19 +376,28 @@ class VLLMRolloutEngine(RolloutEngine):
             raise RuntimeError("VLLMRolloutEngine used after close()")
         return self._core
 
-    def generate(self, prompts: Prompts, n: int, sampling: SamplingConfig) -> RolloutBatch:
+    def generate(self, prompts: Prompts, n: int, sampling: SamplingConfig,
+                 on_row: OnRow | None = None) -> RolloutBatch:
         check_n(n)
         core = self._core_or_raise()
         ensure_awake(self)
         prompt_ids, prompt_text = self.encode_prompts(prompts)
         if self._tp_group is None:
-            raw = core.generate(prompt_ids, n, sampling.to_dict())
+            emit = None
+            if on_row is not None:  # each prompt's group as soon as vLLM has finished it
+                def emit(i: int, grp: list[dict]) -> None:
+                    for j, d in enumerate(grp):
+                        on_row(i * n + j, d["text"], d["finish_reason"])
+            raw = core.generate(prompt_ids, n, sampling.to_dict(), emit=emit)
         else:  # the TP group submits the same requests: all its ranks' prompts, each with its rank's seed
             gathered = self._group_gather((prompt_ids, sampling.to_dict(), n))
             if any(g[2] != n for g in gathered):
                 raise ValueError(f"TP group ranks asked for different n: {[g[2] for g in gathered]}")
             ids, per_prompt, slices = merge_group_requests([(g[0], g[1]) for g in gathered])
             raw = core.generate(ids, n, per_prompt)[slices[self._tp_index]]
+            for i, grp in enumerate(raw if on_row is not None else []):  # streams nothing: all at the end
+                for j, d in enumerate(grp):
+                    on_row(i * n + j, d["text"], d["finish_reason"])
         samples = [[Sample(d["token_ids"], d["logprobs"], d["finish_reason"], d["text"]) for d in grp] for grp in raw]
         return collate(prompt_ids, samples, prompt_text, self.pad_token_id,
                        meta={"backend": "vllm", "mode": self.mode, "seed": sampling.seed})

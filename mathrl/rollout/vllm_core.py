@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
@@ -271,30 +271,60 @@ class VLLMCore:
             skip_special_tokens=True, include_stop_str_in_output=False, **extra,
         )
 
-    def generate(self, prompt_ids: list[list[int]], n: int, sampling: dict) -> list[list[dict]]:
-        """For each prompt, ``n`` dicts ``{token_ids, logprobs, finish_reason, text}``."""
+    def generate(self, prompt_ids: list[list[int]], n: int, sampling: dict,
+                 emit: Callable[[int, list[dict]], None] | None = None) -> list[list[dict]]:
+        """For each prompt, ``n`` dicts ``{token_ids, logprobs, finish_reason, text}``.
+
+        ``emit(i, group)``, when given, gets prompt ``i``'s group as soon as its ``n`` samples are done
+        (the engine is stepped here, as ``LLM.generate`` steps it, so the samples are the same)."""
         if isinstance(sampling, (list, tuple)):  # one sampling dict per prompt (TP groups: each rank's seed)
             if len(sampling) != len(prompt_ids):
                 raise ValueError(f"generate: {len(sampling)} sampling dicts for {len(prompt_ids)} prompts")
             params = [self._params(n, s) for s in sampling]
         else:
             params = self._params(n, sampling)
-        outs = self.llm.generate([{"prompt_token_ids": p} for p in prompt_ids], params, use_tqdm=False)
-        result = []
-        for out in outs:
-            grp = []
-            for c in sorted(out.outputs, key=lambda c: c.index):
-                ids = list(c.token_ids)
-                if c.logprobs is None or len(c.logprobs) != len(ids):
-                    raise RuntimeError(f"vLLM returned {0 if c.logprobs is None else len(c.logprobs)} logprobs "
-                                       f"for {len(ids)} tokens")
-                lps = [float(step[t].logprob) for step, t in zip(c.logprobs, ids)]
-                reason = "length" if c.finish_reason == "length" else "stop"
-                grp.append({"token_ids": ids, "logprobs": lps, "finish_reason": reason, "text": c.text})
-            if len(grp) != n:
-                raise RuntimeError(f"vLLM returned {len(grp)} samples for a prompt, expected {n}")
-            result.append(grp)
-        return result
+        prompts = [{"prompt_token_ids": p} for p in prompt_ids]
+        if emit is None or not hasattr(self.llm, "enqueue"):
+            result = [self._group(out, n) for out in self.llm.generate(prompts, params, use_tqdm=False)]
+            for i, grp in enumerate(result if emit is not None else []):
+                emit(i, grp)
+            return result
+        ids = self.llm.enqueue(prompts, params, use_tqdm=False)
+        # outputs carry the id as given to the engine; enqueue returns it with vLLM's random suffix
+        where = {key: i for i, rid in enumerate(ids) for key in (rid, rid.rsplit("-", 1)[0])}
+        out: list[list[dict] | None] = [None] * len(ids)
+        engine = self.llm.llm_engine
+        try:
+            while engine.has_unfinished_requests():
+                for o in engine.step():
+                    i = where.get(o.request_id)
+                    if o.finished and i is not None:
+                        out[i] = self._group(o, n)
+                        emit(i, out[i])
+        except BaseException:
+            try:  # leave no half-done requests in the engine for the next call
+                engine.abort_request([rid for i, rid in enumerate(ids) if out[i] is None], internal=True)
+            except Exception:
+                pass
+            raise
+        if any(g is None for g in out):
+            raise RuntimeError(f"vLLM finished {sum(g is not None for g in out)} of {len(out)} requests")
+        return out  # type: ignore[return-value]
+
+    @staticmethod
+    def _group(out, n: int) -> list[dict]:
+        grp = []
+        for c in sorted(out.outputs, key=lambda c: c.index):
+            ids = list(c.token_ids)
+            if c.logprobs is None or len(c.logprobs) != len(ids):
+                raise RuntimeError(f"vLLM returned {0 if c.logprobs is None else len(c.logprobs)} logprobs "
+                                   f"for {len(ids)} tokens")
+            lps = [float(step[t].logprob) for step, t in zip(c.logprobs, ids)]
+            reason = "length" if c.finish_reason == "length" else "stop"
+            grp.append({"token_ids": ids, "logprobs": lps, "finish_reason": reason, "text": c.text})
+        if len(grp) != n:
+            raise RuntimeError(f"vLLM returned {len(grp)} samples for a prompt, expected {n}")
+        return grp
 
     def raw_generate_timed(self, prompt_ids: list[list[int]], n: int, sampling: dict) -> dict:
         """Benchmark baseline: one bare ``LLM.generate`` call with the same ``SamplingParams`` as

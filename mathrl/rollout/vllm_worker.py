@@ -99,7 +99,8 @@ def serve(conn: Connection) -> None:
             elif core is None:
                 raise RuntimeError(f"op {op!r} before init")
             elif op == "generate":
-                result = core.generate(req["prompt_ids"], req["n"], req["sampling"])
+                emit = (lambda i, grp: conn.send({"partial": (i, grp)})) if req.get("stream") else None
+                result = core.generate(req["prompt_ids"], req["n"], req["sampling"], emit=emit)
             elif op == "raw_generate_timed":
                 result = core.raw_generate_timed(req["prompt_ids"], req["n"], req["sampling"])
             elif op == "score":

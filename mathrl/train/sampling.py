@@ -44,6 +44,7 @@ class Sampled:
     times: dict[str, float] = field(default_factory=dict)
     indices: list[int] = field(default_factory=list)   # the problems' indices in the training set
     stats: dict[str, float] = field(default_factory=dict)  # dynamic sampling's sampling/* metrics
+    streamed: int = 0               # responses graded while the engine was still generating (reward.stream)
 
 
 def merge_groups(rounds: list[Sampled], picks: list[tuple[int, int]]) -> Sampled:
@@ -64,7 +65,7 @@ def merge_groups(rounds: list[Sampled], picks: list[tuple[int, int]]) -> Sampled
                    grades=[rounds[k].grades[r] for k, r in rows] if graded else None,
                    scores=torch.stack([rounds[k].scores[r] for k, r in rows]),
                    correct=[rounds[k].correct[r] for k, r in rows], times=times,
-                   indices=[rounds[k].indices[i] for k, i in picks])
+                   indices=[rounds[k].indices[i] for k, i in picks], streamed=sum(s.streamed for s in rounds))
 
 
 def sample_step(cfg: Config, dist: DistInfo, tokenizer, rollout, problems: list, state) -> Sampled:
@@ -162,9 +163,27 @@ def make_request(cfg: Config, dist: DistInfo, tokenizer, problems: list, step: i
     return Request(step=step, problems=batch_problems, indices=list(indices), prompts=prompts, sampling=sampling)
 
 
-def grade_and_score(cfg: Config, req: Request, batch, times: dict[str, float]) -> Sampled:
+def grade_stream(cfg: Config, req: Request):
+    """A :class:`mathrl.reward.GradeStream` for the responses of ``req`` (the engine's ``on_row`` feeds
+    it while generating), or None when ``reward.stream`` is off or no reward term needs the verifier."""
+    from mathrl.reward.api import GradeStream
+    from mathrl.reward.rewards import needs_grades, reward_terms
+
+    if not cfg.reward.stream or not needs_grades(reward_terms(cfg)):
+        return None
+    golds = [p.gold for p in req.problems for _ in range(cfg.rollout.n)]
+    return GradeStream(golds, timeout=cfg.reward.timeout, workers=cfg.reward.workers, rel_tol=cfg.reward.rel_tol)
+
+
+def stream_feeder(stream):
+    """The ``on_row`` callback that hands a finished response to ``stream`` (None: no callback)."""
+    return None if stream is None else (lambda row, text, reason: stream.put(row, text, reason == "length"))
+
+
+def grade_and_score(cfg: Config, req: Request, batch, times: dict[str, float], stream=None) -> Sampled:
     """Step 3: grade the responses of ``batch`` (the rollout of ``req``; verifier worker processes, hard
-    timeouts) and turn the grades into rewards (``reward.*`` terms). ``times`` gets ``grade``."""
+    timeouts) and turn the grades into rewards (``reward.*`` terms). ``times`` gets ``grade``: with a
+    ``stream`` fed during generation, only the wait for what it has not graded yet."""
     from mathrl.reward import grade_batch
     from mathrl.reward.rewards import RewardContext, compute_rewards, needs_grades, reward_terms
 
@@ -175,7 +194,9 @@ def grade_and_score(cfg: Config, req: Request, batch, times: dict[str, float]) -
     golds = [p.gold for p in req.problems for _ in range(G)]
     terms = reward_terms(cfg)  # reward.terms, or the reward.function shorthand
     grades = None
-    if needs_grades(terms):
+    if stream is not None:
+        grades = stream.finish(batch.response_text, truncated)
+    elif needs_grades(terms):
         grades = grade_batch(batch.response_text, golds, timeout=cfg.reward.timeout, workers=cfg.reward.workers,
                              truncated=truncated, rel_tol=cfg.reward.rel_tol)
     ctx = RewardContext(responses=batch.response_text, grades=grades, truncated=truncated,
@@ -185,7 +206,7 @@ def grade_and_score(cfg: Config, req: Request, batch, times: dict[str, float]) -
     times["grade"] = time.perf_counter() - t0
     return Sampled(problems=req.problems, batch=batch, golds=golds, truncated=truncated, grades=grades,
                    scores=torch.tensor(score_list, dtype=torch.float32), correct=correct, times=times,
-                   indices=list(req.indices))
+                   indices=list(req.indices), streamed=stream.streamed if stream is not None else 0)
 
 
 def sample_and_grade(cfg: Config, dist: DistInfo, tokenizer, rollout, problems: list, step: int,
@@ -208,15 +229,22 @@ def sample_and_grade(cfg: Config, dist: DistInfo, tokenizer, rollout, problems: 
 
     # 2. G responses per prompt (colocated schedule, rollout.sleep_between_steps: wake the KV cache
     #    before, sleep after; both no-ops without it)
+    #    Each response is handed to the verifier as soon as it is finished (reward.stream).
     times: dict[str, float] = dict(colocate.before_generate(rollout))
+    stream = grade_stream(cfg, req)
     t0 = time.perf_counter()
-    batch = rollout.generate(req.prompts, cfg.rollout.n, req.sampling)
+    try:
+        batch = rollout.generate(req.prompts, cfg.rollout.n, req.sampling, on_row=stream_feeder(stream))
+    except BaseException:
+        if stream is not None:
+            stream.close()
+        raise
     times["generate"] = time.perf_counter() - t0
     times.update(colocate.after_generate(rollout))
     fault("generate", step + 1)
 
-    # 3. grade (verifier worker processes, hard timeouts) and reward
-    return grade_and_score(cfg, req, batch, times)
+    # 3. grade (what the stream has not graded yet) and reward
+    return grade_and_score(cfg, req, batch, times, stream=stream)
 
 
 def sample_records(s: Sampled, advantages: torch.Tensor, mask: torch.Tensor, k: int) -> list[dict[str, Any]]:

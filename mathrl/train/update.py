@@ -211,6 +211,8 @@ def step_metrics(cfg: Config, sampled, tb: TrainBatch, stats_acc: dict[str, list
     if grades is not None:
         out["reward/answer_found"] = sum(g.extracted is not None for g in grades) / len(grades)
         out["reward/timeouts"] = float(sum(g.reason == "timeout" for g in grades))
+        # the share graded while the engine was still generating (reward.stream); the rest after it
+        out["reward/graded_during_generation"] = getattr(sampled, "streamed", 0) / len(grades)
     if old_logp is not None and cfg.rollout.top_p >= 1.0 and cfg.rollout.top_k <= 0:
         # sampler vs trainer logprobs of the same tokens under the same weights: a live check that the
         # rollout engine has the current weights (stale weights show up as large differences)

@@ -38,7 +38,7 @@ class FakeSleeper:
         else:
             self.state = "awake"
 
-    def generate(self, prompts, n, sampling):
+    def generate(self, prompts, n, sampling, on_row=None):
         assert self.state == "awake", f"generate while {self.state}"
         self.calls.append("generate")
         return self.inner.generate(prompts, n, sampling)

@@ -246,3 +246,47 @@ def test_shared_module_keeps_training_mode(tiny_dir, chat_prompts):
     ps, rs = unpadded(b, range(len(b)))
     ref = trainer_logprobs(trainer, ps, rs)
     assert max((b.logprobs[i, : len(r)] - r).abs().max().item() for i, r in enumerate(ref)) < HF_TOL
+
+
+def _streamed_rows(engine, prompts, n, sp):
+    """Generate with ``on_row`` and check it streamed: every row once, with the batch's own text and
+    finish reason, and a row that stopped after L tokens reported after L forward passes (the prefill
+    and L-1 decode steps), before the next one. Returns the batch and the calls."""
+    forwards = [0]
+    hook = engine.model.register_forward_pre_hook(lambda *_: forwards.__setitem__(0, forwards[0] + 1))
+    calls = []
+    try:
+        b = engine.generate(prompts, n, sp, on_row=lambda r, text, why: calls.append((r, text, why, forwards[0])))
+    finally:
+        hook.remove()
+    assert sorted(r for r, *_ in calls) == list(range(len(b))), "each row exactly once"
+    for r, text, why, seen in calls:
+        assert (text, why) == (b.response_text[r], b.finish_reason[r]), r
+        if why == "stop":
+            assert seen == int(b.response_mask[r].sum()), (r, seen, "reported late: not streamed")
+    return b, calls
+
+
+def test_smollm2_rows_are_streamed_as_they_finish(smol_engine, chat_prompts):
+    """``on_row`` fires for each response when it ends (EOS or a stop string), while the others decode;
+    the samples are those of a call without it. Negative control: an engine that reports every row
+    after the whole batch is done fails the same check."""
+    sp = SamplingConfig(temperature=0.7, max_tokens=32, seed=0)
+    b, calls = _streamed_rows(smol_engine, chat_prompts, 4, sp)
+    early = [c for c in calls if c[2] == "stop" and c[3] < sp.max_tokens]
+    assert early, "some responses end before the length limit"
+    assert torch.equal(b.response_ids, smol_engine.generate(chat_prompts, 4, sp).response_ids)
+    stops = SamplingConfig(temperature=1.0, max_tokens=24, stop=(" ",), seed=2)
+    _, calls = _streamed_rows(smol_engine, chat_prompts, 2, stops)
+    assert all(" " not in text for _, text, *_ in calls)
+
+    class Late(HFRolloutEngine):
+        def generate(self, prompts, n, sampling, on_row=None):
+            out = super().generate(prompts, n, sampling)
+            for r in range(len(out)):
+                on_row(r, out.response_text[r], out.finish_reason[r])
+            return out
+
+    late = Late(model=smol_engine.model, tokenizer=smol_engine.tokenizer)
+    with pytest.raises(AssertionError, match="not streamed"):
+        _streamed_rows(late, chat_prompts, 4, sp)

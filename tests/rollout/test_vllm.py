@@ -216,3 +216,26 @@ def test_vllm_aborted_push_then_full_push(vllm_engine, smollm2_path, chat_prompt
     ref = trainer_logprobs(trainer, ps, rs)
     gap = max((s - r).abs().max().item() for s, r in zip(vllm_engine.score(ps, rs), ref))
     assert gap < VLLM_TOL, gap
+
+
+def test_vllm_groups_are_streamed_as_they_finish(vllm_engine, chat_prompts):
+    """With ``on_row`` the engine is stepped here and each prompt's group is handed over when vLLM
+    finishes it (through the worker's partial answers), ahead of the reply; the samples are exactly
+    those of one ``LLM.generate`` call with the same seed, and every row arrives once with the batch's
+    own text and finish reason."""
+    sp = SamplingConfig(temperature=0.3, max_tokens=64, seed=11)
+    prompts = ["Count from 1 to 30, one number per line.", *chat_prompts]
+    plain = vllm_engine.generate(prompts, 3, sp)
+    calls = []
+    b = vllm_engine.generate(prompts, 3, sp, on_row=lambda r, text, why: calls.append((r, text, why)))
+    assert torch.equal(b.response_ids, plain.response_ids) and torch.equal(b.logprobs, plain.logprobs)
+    assert sorted(r for r, *_ in calls) == list(range(len(b)))
+    for r, text, why in calls:
+        assert (text, why) == (b.response_text[r], b.finish_reason[r])
+    # all requests decode together, so a group is done when its longest sample is: groups must arrive
+    # in the order of their longest sample (ties in any order), which here is not prompt order (a
+    # client that handed everything over after the reply would follow prompt order)
+    longest = [max(int(m) for m in b.response_mask[g * 3:(g + 1) * 3].sum(1)) for g in range(len(prompts))]
+    assert longest != sorted(longest), f"prompt order is already length order {longest}: the test shows nothing"
+    order = list(dict.fromkeys(r // 3 for r, *_ in calls))
+    assert [longest[g] for g in order] == sorted(longest), (order, longest)
