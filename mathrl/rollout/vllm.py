@@ -209,8 +209,10 @@ class _WorkerClient:
         return self._wait(timeout, on_partial)
 
     def generate(self, prompt_ids, n, sampling, emit=None):
-        return self.call("generate", prompt_ids=prompt_ids, n=n, sampling=sampling, stream=emit is not None,
-                         on_partial=None if emit is None else (lambda part: emit(*part)))
+        reply = self.call("generate", prompt_ids=prompt_ids, n=n, sampling=sampling, stream=emit is not None,
+                          on_partial=None if emit is None else (lambda part: emit(*part)))
+        self.last_engine_s = reply["engine_s"]
+        return reply["groups"]
 
     def raw_generate_timed(self, prompt_ids, n, sampling):
         return self.call("raw_generate_timed", prompt_ids=prompt_ids, n=n, sampling=sampling)
@@ -399,8 +401,11 @@ class VLLMRolloutEngine(RolloutEngine):
                 for j, d in enumerate(grp):
                     on_row(i * n + j, d["text"], d["finish_reason"])
         samples = [[Sample(d["token_ids"], d["logprobs"], d["finish_reason"], d["text"]) for d in grp] for grp in raw]
+        # engine_s: the time vLLM itself spent on the call (in the worker); the rest is the trainer's
+        # tokenizing, the worker's transfers and collation
         return collate(prompt_ids, samples, prompt_text, self.pad_token_id,
-                       meta={"backend": "vllm", "mode": self.mode, "seed": sampling.seed})
+                       meta={"backend": "vllm", "mode": self.mode, "seed": sampling.seed,
+                             "engine_s": getattr(core, "last_engine_s", None)})
 
     def _group_gather(self, obj) -> list:
         import torch.distributed as tdist

@@ -210,6 +210,7 @@ class VLLMCore:
         self.llm = LLM(**kw)
         self.startup_s = time.perf_counter() - t0
         sched = getattr(getattr(self.llm.llm_engine, "vllm_config", None), "scheduler_config", None)
+        self.last_engine_s: float | None = None  # seconds the last generate spent in vLLM
         self.chunked_prefill = bool(getattr(sched, "enable_chunked_prefill", False))
         self.max_num_batched_tokens = getattr(sched, "max_num_batched_tokens", None)
         # a lazy iterator reaches the model only when the model runs in this process
@@ -284,8 +285,11 @@ class VLLMCore:
         else:
             params = self._params(n, sampling)
         prompts = [{"prompt_token_ids": p} for p in prompt_ids]
+        t0 = time.perf_counter()
         if emit is None or not hasattr(self.llm, "enqueue"):
-            result = [self._group(out, n) for out in self.llm.generate(prompts, params, use_tqdm=False)]
+            outs = self.llm.generate(prompts, params, use_tqdm=False)
+            self.last_engine_s = time.perf_counter() - t0  # the bare engine call, as raw_generate_timed
+            result = [self._group(out, n) for out in outs]
             for i, grp in enumerate(result if emit is not None else []):
                 emit(i, grp)
             return result
@@ -309,6 +313,7 @@ class VLLMCore:
             raise
         if any(g is None for g in out):
             raise RuntimeError(f"vLLM finished {sum(g is not None for g in out)} of {len(out)} requests")
+        self.last_engine_s = time.perf_counter() - t0  # engine steps (and the groups handed over)
         return out  # type: ignore[return-value]
 
     @staticmethod

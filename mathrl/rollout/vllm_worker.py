@@ -100,7 +100,8 @@ def serve(conn: Connection) -> None:
                 raise RuntimeError(f"op {op!r} before init")
             elif op == "generate":
                 emit = (lambda i, grp: conn.send({"partial": (i, grp)})) if req.get("stream") else None
-                result = core.generate(req["prompt_ids"], req["n"], req["sampling"], emit=emit)
+                result = {"groups": core.generate(req["prompt_ids"], req["n"], req["sampling"], emit=emit),
+                          "engine_s": core.last_engine_s}
             elif op == "raw_generate_timed":
                 result = core.raw_generate_timed(req["prompt_ids"], req["n"], req["sampling"])
             elif op == "score":

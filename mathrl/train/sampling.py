@@ -240,6 +240,8 @@ def sample_and_grade(cfg: Config, dist: DistInfo, tokenizer, rollout, problems: 
             stream.close()
         raise
     times["generate"] = time.perf_counter() - t0
+    if batch.meta.get("engine_s") is not None:  # the engine's own part of it (model forwards / vLLM's call)
+        times["generate_engine"] = float(batch.meta["engine_s"])
     times.update(colocate.after_generate(rollout))
     fault("generate", step + 1)
 

@@ -105,3 +105,45 @@ def test_select_groups_repads_and_keeps_rows_together():
     assert narrow.prompt_ids.shape == (2, 1) and narrow.response_ids.shape == (2, 2)
     with pytest.raises(ValueError, match="at least one"):
         select_groups([a], [])
+
+
+def _draw_frequencies(sampler, logprobs: torch.Tensor, draws: int, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    chunk = max(1, min(draws, 2_000_000 // logprobs.shape[-1]))
+    counts = torch.zeros(logprobs.shape[-1], dtype=torch.float64)
+    for start in range(0, draws, chunk):
+        rows = logprobs.expand(min(chunk, draws - start), -1).contiguous()
+        counts += torch.bincount(sampler(rows, False, g), minlength=logprobs.shape[-1]).double()
+    return counts / draws
+
+
+def test_sample_tokens_draws_the_distribution_and_never_a_cut_token():
+    """Frequencies over 200k draws within 5 standard errors of p, never a token with p = 0 (cut by
+    top-k / top-p); the greedy draw is the argmax. Negative control: a sampler off by one token in
+    its cumulative sum is rejected by the same check."""
+    from mathrl.rollout.sampling import sample_tokens
+
+    p = torch.tensor([0.5, 0.0, 0.3, 0.0, 0.15, 0.05, 0.0])
+    lp = torch.log(p)[None]  # log 0 = -inf, as sampling_logprobs marks a cut token
+
+    def close(sampler) -> bool:
+        f = _draw_frequencies(sampler, lp, 200_000)
+        se = (p.double() * (1 - p.double()) / 200_000).sqrt()
+        return bool(((f - p.double()).abs() <= 5 * se + 1e-12).all() and (f[p == 0] == 0).all())
+
+    assert close(sample_tokens)
+
+    def shifted(logprobs, greedy, g):  # the mutation: an exclusive cumulative sum
+        cdf = torch.cumsum(logprobs.exp(), -1, dtype=torch.float64) - logprobs.exp().double()
+        u = torch.rand((logprobs.shape[0], 1), generator=g, dtype=torch.float64)
+        return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=logprobs.shape[-1] - 1)
+
+    assert not close(shifted)
+    # a real vocabulary after top-p: no cut token is ever drawn, the kept mass is followed
+    g = torch.Generator().manual_seed(3)
+    big = sampling_logprobs(torch.randn(1, 49152, generator=g) * 4, temperature=1.0, top_p=0.8)
+    f = _draw_frequencies(sample_tokens, big, 20_000, seed=1)
+    assert (f[torch.isinf(big[0])] == 0).all() and torch.isinf(big[0]).sum() > 40_000
+    top = int(big[0].argmax())
+    assert abs(float(f[top]) - float(big[0, top].exp())) < 0.02
+    assert torch.equal(sample_tokens(big.expand(3, -1), True, None), big.argmax(-1).expand(3))

@@ -275,6 +275,7 @@ def test_smollm2_rows_are_streamed_as_they_finish(smol_engine, chat_prompts):
     b, calls = _streamed_rows(smol_engine, chat_prompts, 4, sp)
     early = [c for c in calls if c[2] == "stop" and c[3] < sp.max_tokens]
     assert early, "some responses end before the length limit"
+    assert 0 < b.meta["engine_s"]  # the model's forward passes, timed inside the call
     assert torch.equal(b.response_ids, smol_engine.generate(chat_prompts, 4, sp).response_ids)
     stops = SamplingConfig(temperature=1.0, max_tokens=24, stop=(" ",), seed=2)
     _, calls = _streamed_rows(smol_engine, chat_prompts, 2, stops)

@@ -230,6 +230,7 @@ def test_vllm_groups_are_streamed_as_they_finish(vllm_engine, chat_prompts):
     b = vllm_engine.generate(prompts, 3, sp, on_row=lambda r, text, why: calls.append((r, text, why)))
     assert torch.equal(b.response_ids, plain.response_ids) and torch.equal(b.logprobs, plain.logprobs)
     assert sorted(r for r, *_ in calls) == list(range(len(b)))
+    assert b.meta["engine_s"] > 0 and plain.meta["engine_s"] > 0  # vLLM's own time, from the worker
     for r, text, why in calls:
         assert (text, why) == (b.response_text[r], b.finish_reason[r])
     # all requests decode together, so a group is done when its longest sample is: groups must arrive
