@@ -668,8 +668,9 @@ def render_report(res: dict) -> tuple[str, str]:
                      f"({lim['fwd_bwd_s']:.2f} s), with AdamW step {lim['update_tok_s']:.1f} tok/s "
                      f"(step {lim['opt_s']:.2f} s)")
     md = ["| system | step s (median, min–max) | vs TRL | generate s | reward s | ref fwd s | update s | "
-          "gen tok/s (% of decode limit) | update tok/s (% of fwd+bwd+AdamW limit) | peak RSS MiB |",
-          "|---|---|---|---|---|---|---|---|---|---|"]
+          "gen tok/s (% of decode limit) | engine share of generate (in the loop) | "
+          "update tok/s (% of fwd+bwd+AdamW limit) | peak RSS MiB |",
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, s in systems.items():
         ph = s["phases_median"]
         ratio = f"{s['wall_median'] / trl['wall_median']:.2f}x" if trl else "n/a"
@@ -680,12 +681,13 @@ def render_report(res: dict) -> tuple[str, str]:
         label = LABELS.get(name, name).format(v=res.get("trl_version", ""))
         md.append(f"| {label} | {s['wall_median']:.1f} ({s['wall_min']:.1f}–{s['wall_max']:.1f}) | {ratio} | "
                   f"{_f(ph.get('generate'))} | {_f(reward, 2)} | {_f(ph.get('ref_forward'))} | {_f(upd)} | "
-                  f"{s['gen_tok_s_median']:.0f}{gen_pct} | {s['update_tok_s_median']:.0f}{upd_pct} | "
+                  f"{s['gen_tok_s_median']:.0f}{gen_pct} | {_f(ph.get('generate_engine_frac'), 2)} | "
+                  f"{s['update_tok_s_median']:.0f}{upd_pct} | "
                   f"{s['peak_tree_rss_mib']:.0f} |")
     if lim:
         gen_s, upd_s = lim["decode_s"] + lim["prefill_s"], lim["fwd_bwd_s"] + lim["opt_s"]
         md.append(f"| limit: plain KV-cache decode loop / plain fwd+bwd+AdamW | {gen_s:.1f} + {upd_s:.1f} | | "
-                  f"{gen_s:.1f} | | | {upd_s:.1f} | {lim['decode_tok_s']:.0f} (100%) | "
+                  f"{gen_s:.1f} | | | {upd_s:.1f} | {lim['decode_tok_s']:.0f} (100%) | 1.00 | "
                   f"{lim['update_tok_s']:.0f} (100%) | |")
     return "\n".join(lines), "\n".join(md)
 

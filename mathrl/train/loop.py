@@ -203,7 +203,7 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
     if times.get("generate_async"):  # the share of the next step's generation hidden behind this update
         metrics["time/generate_overlap_frac"] = 1.0 - min(times["generate_wait"] / times["generate_async"], 1.0)
     if times.get("generate_engine") and times.get("generate"):  # generation at the engine's own speed = 1
-        metrics["rollout/engine_frac"] = times["generate_engine"] / times["generate"]
+        metrics["time/generate_engine_frac"] = times["generate_engine"] / times["generate"]
     metrics["time/step"] = time.perf_counter() - t_step
     metrics["throughput/tokens_per_s"] = batch.num_tokens / max(metrics["time/step"], 1e-9)
     return metrics

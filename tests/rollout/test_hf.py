@@ -194,8 +194,10 @@ def test_smollm2_batch(smol_engine, chat_prompts):
             assert n_tok == 32 and last not in eos
         assert "<|im_end|>" not in b.response_text[i]
     assert "stop" in b.finish_reason  # SmolLM2 answers some of these short questions within 32 tokens
-    # answers are about the question: 2+3 -> mentions 5 in most samples
-    assert sum("5" in t for t in b.response_text[:4]) >= 2
+    # answers are about the question: 2+3 -> 5 in about half the samples (9 of 16 here; 4 samples are
+    # too few to judge: 1 of 4 with seed 0)
+    many = smol_engine.generate(chat_prompts[:1], 16, SamplingConfig(temperature=0.7, max_tokens=32, seed=1))
+    assert sum("5" in t for t in many.response_text) >= 5
     small = SamplingConfig(temperature=1.0, max_tokens=8, seed=7)
     one, two = (smol_engine.generate(chat_prompts[:2], 2, small) for _ in range(2))
     assert torch.equal(one.response_ids, two.response_ids) and torch.equal(one.logprobs, two.logprobs)

@@ -3,9 +3,9 @@ to 64 tokens, one GRPO update (old and reference logprobs, then the policy step)
 on a fixed global batch, where the two ranks get different numbers of micro-batches.
 
 Every rank samples the same global batch (same seed, its own hf engine), grades it with the real
-verifier, computes the group advantages, and takes its share: rank 0 the two groups with the longest
-prompt + responses, rank 1 the two shortest. The token budget is the cost of rank 1's share, so rank 1
-runs one micro-batch per pass and rank 0 more. Rank 0 saves the parameter change and the counts.
+verifier, computes the group advantages, and takes its share: rank 0 the three groups with the longest
+prompt + responses, rank 1 the shortest. The token budget is the cost of the costliest group, so rank 1
+runs one micro-batch per pass and rank 0 three. Rank 0 saves the parameter change and the counts.
 
 One ZeRO stage per process (two SmolLM2 engines plus their reference models in one process would
 need ~10 GB). Usage: torchrun --nproc_per_node {1,2} _uneven_update.py MODEL_DIR OUT.pt STAGE
@@ -67,9 +67,12 @@ def main() -> None:
             grades = grade_batch(batch.response_text, golds, timeout=10.0, workers=1, truncated=truncated)
             ctx = RewardContext(responses=batch.response_text, grades=grades, truncated=truncated)
             scores = torch.tensor(compute_rewards({"correctness": {}, "format": {"bonus": 0.2}}, ctx))
+            # rank 0: the three costliest groups, rank 1: the cheapest; a budget of the costliest single
+            # group gives rank 1 one micro-batch and rank 0 three (two groups never fit: the ~200-token
+            # prompts alone cost more), whatever lengths the sample has
             order = sorted(range(B), key=lambda g: -group_cost(batch.prompt_mask, mask, [g]))
-            shares = [sorted(order[:2]), sorted(order[2:])] if dist.world_size == 2 else [list(range(B))]
-            budget = group_cost(batch.prompt_mask, mask, order[2:])
+            shares = [sorted(order[:3]), sorted(order[3:])] if dist.world_size == 2 else [list(range(B))]
+            budget = group_cost(batch.prompt_mask, mask, order[:1])
         advantages, _ = loop.compute_advantages(cfg, scores, batch.group_index, mask, None, None)
         before = tm.full_state_dict(models.policy)
         before = {k: v.clone() for k, v in before.items()} if dist.is_main else None

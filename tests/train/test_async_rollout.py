@@ -79,14 +79,14 @@ def _check_one_step_old(out: Path, initial: Path, tol: float) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_async_rollout_samples_with_weights_exactly_one_step_old(embedded_model_path, tmp_path):
-    """SmolLM2-135M-Instruct, DeepSpeed, the real verifier, responses of up to 24 tokens: from step 2 on the
+    """SmolLM2-135M-Instruct, DeepSpeed, the real verifier, responses of up to 64 tokens: from step 2 on the
     logged weight version is the step before, and the sampler's logprobs of each saved batch match the
     previous step's weights, not the current ones."""
     out = tmp_path / "async"
     # in its own process (the `mathrl train` command): the run's memory goes back to the system afterwards
     p = subprocess.run([sys.executable, "-m", "mathrl.cli", "train", "configs/demo.yaml",
                         f"model.name={embedded_model_path}", "rollout.backend=hf", "rollout.n=2",
-                        "rollout.max_tokens=24", "train.batch_size=2", "train.steps=3", "train.lr=1e-4",
+                        "rollout.max_tokens=64", "train.batch_size=2", "train.steps=3", "train.lr=1e-4",
                         "data.source=synthetic", "data.synthetic_size=32", "data.eval_limit=1", "eval.n=1", "eval.k=1",
                         "eval.max_tokens=4", "eval.greedy=false", f"train.output_dir={out}", "logging.console=plain",
                         *ASYNC, *QUIET], capture_output=True, text=True, timeout=800,

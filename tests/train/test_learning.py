@@ -11,8 +11,8 @@ from mathrl.train.metrics import read_metrics
 from _train_tasks import FIRST_DIGIT, digit_problems
 
 
-def _run(model_dir, out, loss_sign):
-    cfg = load_config(None, [
+def _run(model_dir, out, loss_sign, seed=0):
+    cfg = load_config(None, [f"train.seed={seed}",
         f"model.name={model_dir}", "rollout.backend=hf", "rollout.max_tokens=5", "rollout.n=8",
         "train.batch_size=8", "train.steps=40", "train.lr=1e-2", "algo.kl_coef=0", "data.template=chat_boxed",
         f"train.output_dir={out}", "logging.tensorboard=false", "deepspeed.zero_stage=1", FIRST_DIGIT,
@@ -24,8 +24,13 @@ def _run(model_dir, out, loss_sign):
 
 @pytest.mark.slow
 def test_grpo_learns_and_flipped_sign_unlearns(digit_model_dir, tmp_path):
-    start, end = _run(digit_model_dir, tmp_path / "up", 1.0)
-    assert end > start + 0.4, (start, end)
-    start_f, end_f = _run(digit_model_dir, tmp_path / "down", -1.0)
-    assert end_f < start_f, (start_f, end_f)
-    assert end_f < 0.05
+    """Six seeds (one trajectory is too noisy to judge: over 20 seeds the 40-step gain is 0.37 +- 0.18,
+    and one seed gained 0.05): the mean reward gain is > 0.2 and at least 5 of 6 seeds gain; with the
+    loss's sign flipped every seed ends below where it started and the mean end is < 0.05."""
+    seeds = range(6)
+    up = [_run(digit_model_dir, tmp_path / f"up{s}", 1.0, s) for s in seeds]
+    gains = [end - start for start, end in up]
+    assert sum(gains) / len(gains) > 0.2 and sum(g > 0 for g in gains) >= 5, up
+    down = [_run(digit_model_dir, tmp_path / f"down{s}", -1.0, s) for s in seeds]
+    assert all(end < start for start, end in down), down
+    assert sum(end for _, end in down) / len(down) < 0.05, down

@@ -97,9 +97,10 @@ def test_zero_stages_give_same_losses_and_weights(digit_model_dir, tmp_path):
         assert flat == pytest.approx([x for row in base_metrics for x in row], abs=1e-6), stage
         # stage 2 is bitwise equal to stage 1 here; ZeRO-3 gathers and reduces in another order, and
         # Adam at lr 1e-2 turns float32 rounding of near-zero gradients into ~1e-6 weight differences
-        tol = 0.0 if stage == 2 else 1e-5
+        # (the largest measured: 1.1e-5, one of 2048 elements of an MLP weight, on another sample draw)
+        tol = 0.0 if stage == 2 else 5e-5
         for k in base_w:
-            torch.testing.assert_close(w[k], base_w[k], atol=tol, rtol=0, msg=f"stage {stage}: {k}")
+            torch.testing.assert_close(w[k], base_w[k], atol=tol, rtol=0, msg=lambda m, k=k: f"stage {stage}: {k}: {m}")
 
 
 def test_resume_is_exact(digit_model_dir, tmp_path):
