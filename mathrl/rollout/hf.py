@@ -25,6 +25,7 @@ import torch
 from mathrl.rollout.base import OnRow, Prompts, RolloutEngine, check_n
 from mathrl.rollout.batch import RolloutBatch, Sample, SamplingConfig, collate
 from mathrl.rollout.sampling import sample_tokens, sampling_logprobs
+from mathrl.models.precision import without_autocast
 
 
 def _eos_ids(model, tokenizer) -> list[int]:
@@ -111,7 +112,7 @@ class HFRolloutEngine(RolloutEngine):
         per_chunk = max(1, self.max_batch_rows // n)
         samples: list[list[Sample]] = []
         self._forward_s = 0.0
-        with _eval_mode(self.model):
+        with _eval_mode(self.model), without_autocast(self.model):  # decode in float32 (faster on CPU)
             for start in range(0, len(prompt_ids), per_chunk):
                 samples.extend(self._generate_chunk(prompt_ids[start:start + per_chunk], n, sampling, gen,
                                                     on_row, start * n))

@@ -10,6 +10,7 @@ import torch
 
 from mathrl.algo import advantages as adv_mod
 from mathrl.config import Config
+from mathrl.models.precision import enable_autocast
 from mathrl.train.engines import (DistInfo, build_engine, build_inference_engine, copy_weights, device, resolve_dtype,
                                   zero3_init)
 from mathrl.train.ds_json import ds_config, inference_ds_config
@@ -65,6 +66,7 @@ class Models:
     model_path: str = ""
     policy_guard: GradGuard | None = None
     critic_guard: GradGuard | None = None
+    autocast: torch.dtype | None = None  # model.autocast's compute dtype (None: plain float forwards)
 
 
 def seed_all(seed: int) -> None:
@@ -89,6 +91,7 @@ def build_models(cfg: Config, dist: DistInfo, total_steps: int) -> Models:
     from mathrl.models.value_head import ValueModel
 
     dtype = resolve_dtype(cfg.model.dtype)
+    amp = compute_dtype(cfg, dtype, dist)
     path = resolve_model_path(cfg.model.name, cfg.model.cache_dir)
     tokenizer = load_tokenizer(path)
     seed_all(cfg.train.seed)
@@ -105,6 +108,7 @@ def build_models(cfg: Config, dist: DistInfo, total_steps: int) -> Models:
         from mathrl.models.lora import add_adapters
 
         add_adapters(policy, cfg.model.lora)
+    enable_autocast(policy, amp)
     t = cfg.train
     per = optimizer_steps_per_rl_step(cfg)
     common = dict(schedule=t.lr_schedule, warmup=t.warmup_steps * per, total_steps=total_steps * per,
@@ -123,6 +127,7 @@ def build_models(cfg: Config, dist: DistInfo, total_steps: int) -> Models:
         with zero3_init(inference_ds_config(dtype, dist.world_size) if stage3 else None):
             ref_module = load_causal_lm(ref_path, dtype=dtype)
         disable_dropout(ref_module)  # a frozen reference runs in eval mode anyway; this also covers train()
+        enable_autocast(ref_module, amp)
         ref = build_inference_engine(ref_module, stage=cfg.deepspeed.zero_stage,
                                      dtype=dtype, world_size=dist.world_size)
     critic = None
@@ -132,10 +137,25 @@ def build_models(cfg: Config, dist: DistInfo, total_steps: int) -> Models:
             critic_module = ValueModel.from_pretrained(cpath, dtype=dtype)
         if cfg.model.disable_dropout:
             disable_dropout(critic_module)
+        # the packed and shared-prompt paths call the backbone and the head directly
+        enable_autocast(critic_module, amp, critic_module.backbone, critic_module.value_head)
         critic = build_engine(critic_module, lr=t.critic_lr, weight_decay=t.weight_decay, **common)
     return Models(policy=engine, ref=ref, critic=critic, tokenizer=tokenizer, model_path=path,
                   policy_guard=GradGuard(engine.module),
-                  critic_guard=GradGuard(critic.module) if critic is not None else None)
+                  critic_guard=GradGuard(critic.module) if critic is not None else None, autocast=amp)
+
+
+def compute_dtype(cfg: Config, dtype: torch.dtype, dist: DistInfo) -> torch.dtype | None:
+    """The autocast dtype of ``model.autocast`` for parameters of ``dtype`` (None: plain forwards)."""
+    from mathrl.models.precision import autocast_dtype, native_bf16
+
+    amp = autocast_dtype(cfg.model.autocast)
+    if amp is None or dtype != torch.float32:
+        return None  # bf16 parameters already run bf16 matmuls
+    if amp == torch.bfloat16 and not torch.cuda.is_available() and not native_bf16() and dist.rank == 0:
+        print("mathrl: warning: model.autocast=bfloat16 on a CPU without native bf16 dot products (avx512_bf16 "
+              "or AMX): bf16 matmuls are slower than float32 here; set model.autocast=off", flush=True)
+    return amp
 
 
 def _exclude_tied_frozen(engine) -> None:

@@ -124,6 +124,20 @@ def test_trl_micro_rows_fit_the_token_budget():
     assert mod.trl_micro_rows(6, 10_000, 64, 8192) == 1  # one row over budget still forms a micro-batch
 
 
+def test_ratios_are_against_trls_fastest_row_and_rows_name_their_precision():
+    mod = _load("bench_vs_trl")
+    systems = {"trl": {"wall_median": 90.0}, "trl-bf16": {"wall_median": 70.0}, "mathrl-hf-bf16": {"wall_median": 7.0}}
+    assert mod.trl_best(systems) is systems["trl-bf16"]
+    assert mod.trl_best({"mathrl-hf": {"wall_median": 1.0}}) is None
+    assert mod.label("mathrl-hf-bf16") == "mathrl, hf backend, bf16 autocast"
+    assert mod.label("trl", "1.16.0") == "TRL 1.16.0 GRPOTrainer (transformers generate)"
+    assert "model.autocast=bfloat16" in mod.mathrl_overrides(
+        {"model_path": "m", "data": "d", "template": "t", "G": 2, "T": 4, "beta": 0.0, "B": 1, "lr": 1e-6, "seed": 0,
+         "total_steps": 1, "micro_batch_tokens": 64, "workdir": "w", "reward_workers": 1}, "hf", bf16=True)
+    assert mod.trl_settings({"B": 2, "G": 2, "T": 4, "beta": 0.0, "lr": 1e-6, "total_steps": 1, "seed": 0,
+                             "workdir": "w"}, 2, bf16=True)["bf16"] is True
+
+
 def _env() -> dict:
     return dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1",
                 DS_ACCELERATOR="cpu")
