@@ -111,19 +111,22 @@ class HFRolloutEngine(RolloutEngine):
         gen = torch.Generator(device=self.device).manual_seed(seed)
         per_chunk = max(1, self.max_batch_rows // n)
         samples: list[list[Sample]] = []
-        self._forward_s = 0.0
+        engine_s = 0.0
         with _eval_mode(self.model), without_autocast(self.model):  # decode in float32 (faster on CPU)
             for start in range(0, len(prompt_ids), per_chunk):
-                samples.extend(self._generate_chunk(prompt_ids[start:start + per_chunk], n, sampling, gen,
-                                                    on_row, start * n))
+                groups, fwd_s = self._generate_chunk(prompt_ids[start:start + per_chunk], n, sampling, gen,
+                                                     on_row, start * n)
+                samples.extend(groups)
+                engine_s += fwd_s
         # engine_s: the model's own forward passes (a plain KV-cache decode loop over the same rows); the
         # rest of the call is sampling, stop checks and bookkeeping
         return collate(prompt_ids, samples, prompt_text, self.pad_token_id,
-                       meta={"backend": "hf", "seed": seed, "engine_s": self._forward_s})
+                       meta={"backend": "hf", "seed": seed, "engine_s": engine_s})
 
     @torch.inference_mode()
     def _generate_chunk(self, prompt_ids: list[list[int]], n: int, sp: SamplingConfig, gen: torch.Generator,
-                        on_row: OnRow | None = None, row0: int = 0) -> list[list[Sample]]:
+                        on_row: OnRow | None = None, row0: int = 0) -> tuple[list[list[Sample]], float]:
+        """The chunk's groups, and the seconds spent in the model's forward passes."""
         from transformers import DynamicCache
 
         dev = self.device
@@ -139,10 +142,16 @@ class HFRolloutEngine(RolloutEngine):
 
         # prefill: B prompts, once
         cache = DynamicCache(config=self.model.config)
-        t0 = time.perf_counter()
-        out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True,
-                         logits_to_keep=1, **{self._cache_kw: cache})
-        self._forward_s += time.perf_counter() - t0
+        fwd_s = 0.0
+
+        def forward(**kw):  # the model, timed
+            nonlocal fwd_s
+            t0 = time.perf_counter()
+            out = self.model(use_cache=True, **{self._cache_kw: cache}, **kw)  # the cache is updated in place
+            fwd_s += time.perf_counter() - t0
+            return out
+
+        out = forward(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=1)
         logits = out.logits[:, -1, :]
         next_pos = pos[:, -1] + 1
         if n > 1:  # expand to G samples after the prefill
@@ -204,10 +213,7 @@ class HFRolloutEngine(RolloutEngine):
                 attn = attn[keep_idx.to(dev)]
                 next_pos = next_pos[keep_idx.to(dev)]
             attn = torch.cat([attn, attn.new_ones((attn.shape[0], 1))], dim=1)
-            t0 = time.perf_counter()
-            out = self.model(input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos[:, None],
-                             use_cache=True, **{self._cache_kw: cache})  # the cache is updated in place
-            self._forward_s += time.perf_counter() - t0
+            out = forward(input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos[:, None])
             logits = out.logits[:, -1, :]
             next_pos = next_pos + 1
 
@@ -222,7 +228,7 @@ class HFRolloutEngine(RolloutEngine):
                 grp.append(Sample(tokens[r, :lengths[r]].tolist(), logps[r, :lengths[r]].tolist(), finish[r],
                                   final_text[r]))
             groups.append(grp)
-        return groups
+        return groups, fwd_s
 
     # ---- weights ----------------------------------------------------------------------------
     @torch.no_grad()

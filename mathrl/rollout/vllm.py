@@ -384,13 +384,12 @@ class VLLMRolloutEngine(RolloutEngine):
         core = self._core_or_raise()
         ensure_awake(self)
         prompt_ids, prompt_text = self.encode_prompts(prompts)
-        if self._tp_group is None:
-            emit = None
-            if on_row is not None:  # each prompt's group as soon as vLLM has finished it
-                def emit(i: int, grp: list[dict]) -> None:
-                    for j, d in enumerate(grp):
-                        on_row(i * n + j, d["text"], d["finish_reason"])
-            raw = core.generate(prompt_ids, n, sampling.to_dict(), emit=emit)
+        def report(i: int, grp: list[dict]) -> None:  # prompt i's finished group, row by row
+            for j, d in enumerate(grp):
+                on_row(i * n + j, d["text"], d["finish_reason"])
+
+        if self._tp_group is None:  # each prompt's group as soon as vLLM has finished it
+            raw = core.generate(prompt_ids, n, sampling.to_dict(), emit=report if on_row is not None else None)
         else:  # the TP group submits the same requests: all its ranks' prompts, each with its rank's seed
             gathered = self._group_gather((prompt_ids, sampling.to_dict(), n))
             if any(g[2] != n for g in gathered):
@@ -398,8 +397,7 @@ class VLLMRolloutEngine(RolloutEngine):
             ids, per_prompt, slices = merge_group_requests([(g[0], g[1]) for g in gathered])
             raw = core.generate(ids, n, per_prompt)[slices[self._tp_index]]
             for i, grp in enumerate(raw if on_row is not None else []):  # streams nothing: all at the end
-                for j, d in enumerate(grp):
-                    on_row(i * n + j, d["text"], d["finish_reason"])
+                report(i, grp)
         samples = [[Sample(d["token_ids"], d["logprobs"], d["finish_reason"], d["text"]) for d in grp] for grp in raw]
         # engine_s: the time vLLM itself spent on the call (in the worker); the rest is the trainer's
         # tokenizing, the worker's transfers and collation
