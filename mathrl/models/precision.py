@@ -25,7 +25,7 @@ import types
 import torch
 
 ATTR = "_mathrl_autocast_dtype"
-DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {"bfloat16": torch.bfloat16}  # the config's choices (float16 would need loss scaling)
 
 __all__ = ["autocast_dtype", "enable_autocast", "native_bf16", "without_autocast"]
 

@@ -66,7 +66,6 @@ class Models:
     model_path: str = ""
     policy_guard: GradGuard | None = None
     critic_guard: GradGuard | None = None
-    autocast: torch.dtype | None = None  # model.autocast's compute dtype (None: plain float forwards)
 
 
 def seed_all(seed: int) -> None:
@@ -142,7 +141,7 @@ def build_models(cfg: Config, dist: DistInfo, total_steps: int) -> Models:
         critic = build_engine(critic_module, lr=t.critic_lr, weight_decay=t.weight_decay, **common)
     return Models(policy=engine, ref=ref, critic=critic, tokenizer=tokenizer, model_path=path,
                   policy_guard=GradGuard(engine.module),
-                  critic_guard=GradGuard(critic.module) if critic is not None else None, autocast=amp)
+                  critic_guard=GradGuard(critic.module) if critic is not None else None)
 
 
 def compute_dtype(cfg: Config, dtype: torch.dtype, dist: DistInfo) -> torch.dtype | None:
