@@ -204,3 +204,35 @@ def test_bench_packing_smoke(embedded_model_path):
                                                            ("spread", "padded"), ("spread", "packed")]
     frac = {(r[0].strip(), r[3].strip()): float(r[4]) for r in rows}
     assert frac[("spread", "packed")] < frac[("spread", "padded")]
+
+
+def test_bench_verifier_keeps_its_pool_across_sets_like_math_verify_keeps_its_process(monkeypatch):
+    """Throughput per set compares like with like: mathrl's worker pool lives across the sets (as
+    math-verify's process does, and as a training run's pool does) and is restarted only when the
+    verifier's settings change. The earlier bench restarted it for every set, charging each set with
+    a cold worker; that version is the negative control."""
+    bench = _load("bench_verifier")
+    from mathrl.reward import pool as pool_mod
+
+    monkeypatch.setenv("MATHRL_VERIFIER_SECOND_OPINION", "1")
+    cases = [("\\boxed{\\frac{1}{2}}", "0.5", True, False), ("so $x=3$", "4", False, False)]
+    try:
+        verdicts, seconds, timeouts = bench.run_mathrl(cases, 1, 10.0)
+        assert verdicts == [True, False] and seconds > 0 and timeouts == 0
+        first = pool_mod.get_pool()
+        bench.run_mathrl(cases, 1, 10.0)
+        assert pool_mod.get_pool() is first, "the pool was restarted between two sets with the same settings"
+        bench.run_mathrl(cases, 1, 10.0, second_opinion=False)
+        assert pool_mod.get_pool() is not first, "a changed second-opinion switch must restart the workers"
+        assert os.environ["MATHRL_VERIFIER_SECOND_OPINION"] == "0"
+
+        # negative control: the old per-set restart is caught by the same identity check
+        def old_run(cs, workers, timeout, second_opinion=True):
+            pool_mod.shutdown_pool()
+            pool_mod.get_pool(workers).grade_many([("\\boxed{1}", "1", False)] * workers, 30.0)
+        p = pool_mod.get_pool()
+        old_run(cases, 1, 10.0)
+        assert pool_mod.get_pool() is not p
+    finally:
+        pool_mod.shutdown_pool()
+        bench._POOL_SETTINGS.clear()
