@@ -9,6 +9,7 @@ Modes::
     mathrl eval --compare RUN_A RUN_B [--out DIR]       (two finished eval folders, e.g. before/after RL)
     mathrl eval --series TRAIN_RUN_DIR --benchmarks ... (every checkpoint of a training run)
     mathrl eval --regrade EVAL_DIR                      (grade saved samples again, no generation)
+    mathrl eval ... --out DIR --resume                  (continue an interrupted evaluation)
 
 Settings are resolved like ``mathrl train``: config defaults, the YAML
 (``--config``), a suite's settings (``--suite``), ``key=value`` overrides, then
@@ -61,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, help="sampling seed (= train.seed)")
     p.add_argument("--no-greedy", action="store_true", help="skip the greedy (temperature 0) decode")
     p.add_argument("--out", help="output folder (default runs/eval/<model>-<time>)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted evaluation into the same --out folder: finished benchmarks are "
+                        "kept, generated chunks are not sampled again (same model and settings required)")
     p.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"),
                    help="compare two evaluation folders (A = before, B = after)")
     p.add_argument("--series", metavar="RUN_DIR", help="evaluate every checkpoint found in a training run folder")
@@ -208,7 +212,10 @@ def main(argv: list[str]) -> int:
         evaluate_series(Path(args.series), cfg, lambda: _eval_sets(cfg, args, suite),
                         out_dir=Path(args.out) if args.out else None, command=command, top_k=args.top_k)
         return 0
+    if args.resume and not args.out:
+        raise ConfigError("--resume continues an evaluation folder: give it with --out DIR")
     sets = _eval_sets(cfg, args, suite)
     out_dir = Path(args.out) if args.out else _default_out(cfg.model.name)
-    evaluate_model(cfg, sets, out_dir, model_spec=cfg.model.name, command=command, top_k=args.top_k)
+    evaluate_model(cfg, sets, out_dir, model_spec=cfg.model.name, command=command, top_k=args.top_k,
+                   resume=args.resume)
     return 0

@@ -55,9 +55,27 @@ def make_eval_engine(cfg, model_spec: str):
         raise ConfigError(str(exc)) from None
 
 
+def _finished(out_dir: Path, model_spec: str, settings) -> dict:
+    """The benchmarks an earlier run into ``out_dir`` finished with the same model and settings
+    (their summaries, by name): a resumed evaluation does not run them again."""
+    import json
+
+    try:
+        old = json.loads((out_dir / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if old.get("model") != model_spec or old.get("settings") != settings.to_dict():
+        return {}
+    return {name: s for name, s in (old.get("benchmarks") or {}).items()
+            if (out_dir / name / "samples.jsonl").is_file()}
+
+
 def evaluate_model(cfg, sets, out_dir: Path, *, model_spec: str, command: str, top_k: int | None = None,
-                   engine=None, extra: dict | None = None, log=_log) -> dict:
-    """Evaluate one model on the given sets; write the run folder; return the summary."""
+                   engine=None, extra: dict | None = None, log=_log, resume: bool = False) -> dict:
+    """Evaluate one model on the given sets; write the run folder; return the summary.
+
+    ``resume``: benchmarks an earlier run into ``out_dir`` finished (same model and settings) are kept,
+    and an interrupted one continues from its journal of generated chunks (:mod:`mathrl.eval.records`)."""
     from mathrl.eval.report import format_table, write_report, write_summary
     from mathrl.eval.runner import evaluate_benchmark
 
@@ -65,16 +83,21 @@ def evaluate_model(cfg, sets, out_dir: Path, *, model_spec: str, command: str, t
     out_dir.mkdir(parents=True, exist_ok=True)
     own = engine is None
     t0 = time.time()
+    finished = _finished(out_dir, model_spec, settings) if resume else {}
+    if finished:
+        log(f"resuming in {out_dir}: {', '.join(finished)} already evaluated")
+    sets = [(name, problems) for name, problems in sets if name not in finished]
     if own:
         log(f"loading {model_spec} (backend {cfg.rollout.backend}) ...")
         engine = make_eval_engine(cfg, model_spec)
     backend = type(engine).__name__
     summary = {"model": model_spec, "command": command, "backend": backend, "settings": settings.to_dict(),
-               "benchmarks": {}, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **(extra or {})}
+               "benchmarks": dict(finished), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **(extra or {})}
     try:
         for name, problems in sets:
             log(f"[{name}] {len(problems)} problems, n={settings.n}, max_tokens={settings.max_tokens}")
-            res = evaluate_benchmark(engine, problems, settings, name=name, out_dir=out_dir, log=log)
+            res = evaluate_benchmark(engine, problems, settings, name=name, out_dir=out_dir, log=log,
+                                     resume=resume, model=model_spec)
             summary["benchmarks"][name] = res.summary
             write_summary(out_dir, summary)
     finally:

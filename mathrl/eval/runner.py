@@ -19,16 +19,16 @@ Flow for one benchmark (:func:`evaluate_benchmark`):
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 from mathrl.eval.metrics import (
     MAJ_EXACT_SUBSETS, MAJ_RESAMPLES, bootstrap_ci, cluster_answers, maj_at_k, mean, pass_at_k, wilson_interval,
 )
+from mathrl.eval.records import read_records, write_records
 
 __all__ = ["EvalSettings", "evaluate_benchmark", "grade_records", "cluster_answers_batch", "summarize",
            "regrade_records", "read_records", "write_records"]
@@ -148,11 +148,13 @@ def chunk_bounds(n_problems: int, settings: EvalSettings, engine=None, *, world:
 
 
 def generate_records(engine, problems: Sequence, settings: EvalSettings, *, name: str = "",
-                     log: Log = _stderr, part: tuple[int, int] = (0, 1)) -> list[dict]:
+                     log: Log = _stderr, part: tuple[int, int] = (0, 1), journal=None) -> list[dict]:
     """Sample (and greedy-decode) every problem; return ungraded per-problem records.
 
     ``part = (rank, world)``: generate only the chunks ``j`` with ``j % world == rank`` (in chunk
     order); :func:`assemble_parts` puts the ranks' records back in problem order.
+    ``journal`` (a :class:`mathrl.eval.records.ChunkJournal`): chunks it holds are taken from it, and
+    each chunk generated here is added to it as soon as it is done.
     """
     from mathrl.rollout import SamplingConfig
 
@@ -167,8 +169,15 @@ def generate_records(engine, problems: Sequence, settings: EvalSettings, *, name
     mine = sum(end - start for j, (start, end) in enumerate(bounds) if j % world == rank)
     bar = Progress(mine, f"[{name}] generating" if name else "generating", unit="problem",
                    enabled=None if rank == 0 else False)
+    if journal is not None and journal.chunks_done:
+        log(f"[{name}] resuming: {journal.chunks_done} of {len(bounds)} chunks already generated ({journal.path})")
     for j, (start, end) in enumerate(bounds):
         if j % world != rank:
+            continue
+        done = journal.get(j) if journal is not None else None
+        if done is not None:
+            records.extend(done)
+            bar.update(end - start)
             continue
         chunk = list(problems[start:end])
         chunk_prompts = prompts[start:end]
@@ -180,13 +189,17 @@ def generate_records(engine, problems: Sequence, settings: EvalSettings, *, name
             gp = SamplingConfig(temperature=0.0, top_p=1.0, top_k=-1, max_tokens=settings.max_tokens, stop=stop,
                                 seed=settings.seed + j)
             greedy = _sample_records(engine.generate(chunk_prompts, 1, gp), 1)
+        chunk_records = []
         for i, p in enumerate(chunk):
             rec = {"id": p.id, "source": p.source, "question": p.question, "gold": p.gold,
                    "meta": {k: v for k, v in p.meta.items() if k in ("subject", "level", "expression")},
                    "prompt": chunk_prompts[i], "samples": sampled[i]}
             if greedy is not None:
                 rec["greedy"] = greedy[i][0]
-            records.append(rec)
+            chunk_records.append(rec)
+        if journal is not None:
+            journal.add(j, chunk_records)
+        records.extend(chunk_records)
         bar.update(end - start)
         if not bar.enabled:  # the bar shows the same on a terminal
             log(f"[{name}] generated {end}/{len(problems)} problems x {settings.n} samples"
@@ -406,33 +419,6 @@ def _sort_key(v: str):
 # --------------------------------------------------------------------------- records on disk
 
 
-def write_records(path: str | Path, records: Iterable[dict]) -> Path:
-    """One JSON object per line (written to a temporary name, then renamed)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        for rec in records:
-            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
-    tmp.replace(path)
-    return path
-
-
-def read_records(path: str | Path) -> list[dict]:
-    """Read a ``samples.jsonl`` written by :func:`write_records`."""
-    path = Path(path)
-    out = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-    return out
-
-
 def regrade_records(records: list[dict], settings: EvalSettings, grader=None) -> list[dict]:
     """Grade saved records again (e.g. after a verifier fix) without generating."""
     for rec in records:
@@ -457,19 +443,31 @@ class BenchmarkResult:
 
 def evaluate_benchmark(engine, problems: Sequence, settings: EvalSettings, *, name: str,
                        out_dir: str | Path | None = None, grader=None, log: Log = _stderr,
-                       part: tuple[int, int] = (0, 1), gather=None) -> BenchmarkResult:
+                       part: tuple[int, int] = (0, 1), gather=None, resume: bool = False,
+                       model: str | None = None) -> BenchmarkResult:
     """Generate, grade and summarise one benchmark; write ``<out_dir>/<name>/samples.jsonl``.
 
     Split over ranks: ``part = (rank, world)`` and ``gather(obj) -> [obj of rank 0, 1, ...]`` (an
     all-gather, called once on every rank). Each rank generates and grades its chunks, the graded
     records are gathered and every rank returns the same result; pass ``out_dir`` on one rank only.
+
+    With ``out_dir`` on one rank, finished chunks are journalled (:mod:`mathrl.eval.records`);
+    ``resume=True`` continues from the journal of an earlier, interrupted call with the same
+    ``model``, engine, problems and settings.
     """
     if not problems:
         raise ValueError(f"benchmark {name!r} has no problems to evaluate")
     if part[1] > 1 and gather is None:
         raise ValueError("evaluate_benchmark: part=(rank, world) with world > 1 needs a gather function")
     t0 = time.time()
-    records = generate_records(engine, problems, settings, name=name, log=log, part=part)
+    journal = None
+    if out_dir is not None and part[1] == 1:
+        from mathrl.eval.records import JOURNAL_NAME, ChunkJournal, generation_key
+
+        key = generation_key(problems, settings.to_dict(), chunk_bounds(len(problems), settings, engine), model,
+                             type(engine).__name__)
+        journal = ChunkJournal(Path(out_dir) / name / JOURNAL_NAME, key, resume=resume)
+    records = generate_records(engine, problems, settings, name=name, log=log, part=part, journal=journal)
     t_gen = time.time() - t0
     grade_records(records, settings, grader)
     if part[1] > 1:
@@ -478,4 +476,6 @@ def evaluate_benchmark(engine, problems: Sequence, settings: EvalSettings, *, na
     summary["seconds"] = {"generate": round(t_gen, 2), "total": round(time.time() - t0, 2)}
     if out_dir is not None:
         write_records(Path(out_dir) / name / "samples.jsonl", records)
+    if journal is not None:
+        journal.finish()
     return BenchmarkResult(name=name, summary=summary, records=records, seconds=time.time() - t0)
