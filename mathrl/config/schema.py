@@ -120,8 +120,16 @@ class DataConfig:
     synthetic_size: int = option(2000, "Number of synthetic problems generated for training.", ge=1)
     eval_source: Optional[str] = option(None, "Held-out problems for before/after evaluation (None = a separate "
                                         "synthetic draw with another seed, or the source's test split).")
-    eval_path: Optional[str] = option(None, "Local file for eval_source.")
+    eval_path: Optional[str] = option(None, "Local file for eval_source (None = $MATHRL_DATA/<eval_source>/test.jsonl "
+                                      "when that exists, else the hub).")
     eval_limit: int = option(64, "Number of held-out problems evaluated.", ge=1)
+    exclude_overlap_with: list[str] = option(
+        list, "Evaluation sets (SOURCE or SOURCE=FILE; without a file $MATHRL_DATA/<source>/test.jsonl, else the "
+        "hub) whose near-copies are dropped from the training problems before training: word 3-grams with numbers "
+        "masked, Jaccard >= data.overlap_threshold (mathrl/data/overlap.py). E.g. [svamp] when training on ASDiv, "
+        "whose problems SVAMP varies. Empty (default) = keep every training problem.", factory=True)
+    overlap_threshold: float = option(0.2, "Similarity at which a training problem counts as a near-copy of an "
+                                      "evaluation problem (see data.exclude_overlap_with).", gt=0.0, le=1.0)
     shuffle: bool = option(True, "Visit the training problems in a new seeded order (train.seed) each pass "
                            "over the data; false = file order, pass after pass (curriculum files).")
     fields: Optional[dict[str, str]] = option(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -58,6 +59,16 @@ def get_source(name: str) -> SourceSpec:
         raise DataError(
             f"unknown data source '{name}'; known sources: {', '.join(source_names())}"
         ) from None
+
+
+def local_copy(source: str, split: str = "test") -> str | None:
+    """``$MATHRL_DATA/<source>/<split>.jsonl`` when ``$MATHRL_DATA`` is set and that file exists (the folder
+    layout of ``mathrl eval --data-dir``), else None (the hub)."""
+    root = os.environ.get("MATHRL_DATA")
+    if not root:
+        return None
+    cand = Path(root).expanduser() / source / f"{split}.jsonl"
+    return str(cand) if cand.is_file() else None
 
 
 def load_problems(

@@ -50,14 +50,35 @@ def load_training_problems(cfg: Config):
                                  fields=d.fields)
     if not problems:
         raise ConfigError(f"data.source = {d.source!r}: no problems loaded")
+    if d.exclude_overlap_with:
+        problems = _without_overlap(problems, d.exclude_overlap_with, d.overlap_threshold)
+    return problems
+
+
+def _without_overlap(problems: list, specs: list[str], threshold: float) -> list:
+    """The training problems that are not near-copies of a problem of the sets in ``specs``."""
+    import logging
+
+    from mathrl.data.overlap import exclude_overlap, load_exclusion_sets
+
+    for name, reference in load_exclusion_sets(specs):
+        before = len(problems)
+        problems, dropped = exclude_overlap(problems, reference, threshold)
+        logging.getLogger("mathrl.data").warning(
+            "data.exclude_overlap_with: dropped %d of %d training problems similar to %s (Jaccard >= %g)%s",
+            len(dropped), before, name, threshold,
+            f", e.g. {dropped[0][0].id} ~ {dropped[0][1].id}" if dropped else "")
+    if not problems:
+        raise ConfigError(f"data.exclude_overlap_with = {specs}: every training problem overlaps; nothing is left "
+                          f"to train on (raise data.overlap_threshold, now {threshold})")
     return problems
 
 
 def heldout_problems(cfg) -> tuple[str, list]:
     """The held-out evaluation set of a training config: ``(name, problems)``.
 
-    * ``data.eval_source`` set: that source (``data.eval_path`` or its hub
-      test split), first ``data.eval_limit`` problems;
+    * ``data.eval_source`` set: that source (``data.eval_path``, else ``$MATHRL_DATA/<source>/test.jsonl``
+      when it exists, else its hub test split), first ``data.eval_limit`` problems;
     * else, for a generated source (``data.source = synthetic``): its ``test`` stream at
       ``data.synthetic_level`` and seed ``train.seed`` -- a stream independent
       of the training problems (the generator keys its RNG on the split) whose
@@ -78,8 +99,11 @@ def heldout_problems(cfg) -> tuple[str, list]:
     if _generated(generated):  # a generator's held-out draw is its ``test`` split
         return generated, load_problems(generated, split="test", **generator_options(cfg, generated, limit))
     if d.eval_source is not None:
-        return d.eval_source, load_problems(d.eval_source, d.eval_path, "test" if d.eval_path is None or
-                                            Path(d.eval_path).is_dir() else None, limit=limit)
+        from mathrl.data.loader import local_copy
+
+        path = d.eval_path if d.eval_path is not None else local_copy(d.eval_source)
+        return d.eval_source, load_problems(d.eval_source, path, "test" if path is None or
+                                            Path(path).is_dir() else None, limit=limit)
     if d.eval_path is not None:
         return d.source, load_problems(d.source, d.eval_path, None, limit=limit, fields=d.fields)
     if d.path is not None:
