@@ -236,3 +236,47 @@ def test_bench_verifier_keeps_its_pool_across_sets_like_math_verify_keeps_its_pr
     finally:
         pool_mod.shutdown_pool()
         bench._POOL_SETTINGS.clear()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_trl_anchor_trains_the_recipes_task_and_plots_against_wall_clock(tmp_path, tokenizer):
+    """scripts/trl_anchor.py: TRL's GRPOTrainer on the demo recipe's task (tiny model), stopped by its
+    wall-clock budget with a checkpoint, the run evaluated by `mathrl eval --series` like a mathrl run,
+    and the accuracy-vs-wall-clock plot of both."""
+    require_import("trl", "pip install -e '.[dev]'")
+    from mathrl.testing.tiny import save_tiny_model
+
+    anchor = _load("trl_anchor")
+    model = save_tiny_model(tmp_path / "tiny", tokenizer, seed=0)
+    sizes = [f"model.name={model}", "train.batch_size=2", "rollout.n=2", "rollout.max_tokens=6", "train.steps=3",
+             "data.eval_limit=3", "eval.n=2", "eval.k=[1,2]", "eval.max_tokens=4", "rollout.backend=hf"]
+    # the mapping of the recipe to GRPOConfig is what the docstring promises
+    from mathrl.config import load_config
+
+    cfg = load_config("configs/demo.yaml", sizes)
+    kw = anchor.trl_config_kwargs(cfg, tmp_path, micro_rows=2)
+    assert (kw["num_generations"], kw["max_completion_length"], kw["beta"], kw["learning_rate"]) == (2, 6, 0.04, 1e-5)
+    assert kw["per_device_train_batch_size"] * kw["gradient_accumulation_steps"] == 4 and kw["loss_type"] == "dapo"
+    assert kw["temperature"] == cfg.rollout.temperature and kw["scale_rewards"] == "group" and not kw["bf16"]
+    assert anchor.micro_rows_for(64, 300, 8192) == 16 and anchor.micro_rows_for(6, 10_000, 100) == 1
+    run = tmp_path / "trl"
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "trl_anchor.py"), "train", "--config", "configs/demo.yaml",
+                           "--minutes", "0.0001", "--out", str(run), *sizes],
+                          cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    clock = [json.loads(x) for x in (run / "wallclock.jsonl").read_text().splitlines()]
+    assert [c["step"] for c in clock] == [1] and clock[0]["seconds"] > 0  # the budget stopped it after step 1
+    assert (run / "checkpoint-1" / "config.json").is_file()
+    env = dict(_env())
+    proc = subprocess.run([sys.executable, "-m", "mathrl.cli", "eval", "--config", "configs/demo.yaml", "--series",
+                           str(run), "--out", str(run / "series"), *sizes],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    steps = [p["step"] for p in json.loads((run / "series" / "series.json").read_text())["points"]]
+    assert steps == [0, 1]  # the base model and TRL's checkpoint
+    png = tmp_path / "vs.png"
+    assert anchor.main(["plot", f"trl={run}", "--metric", "greedy", "--out", str(png)]) == 0
+    assert png.stat().st_size > 0
+    xs, ys, bench = anchor.curve(run, run / "series", None, "greedy")
+    assert xs == [0.0, clock[0]["seconds"] / 60] and len(ys) == 2 and bench == "synthetic"
