@@ -184,6 +184,27 @@ def plot_maj_pass(data: dict, path: Path) -> Path:
     return path
 
 
+def _comparisons(study, data: dict, log: Callable[[str], None]) -> list[str]:
+    """The report's section on groups (seeds pooled) and paired comparisons; ``data["comparisons"]``."""
+    from mathrl.ablate.compare import comparison_table, group_table, study_comparisons
+
+    try:
+        comp = study_comparisons(study, data)
+    except (OSError, ValueError) as exc:  # e.g. an evaluation folder without its samples
+        log(f"[ablate] comparisons skipped: {exc}")
+        return ["", f"Comparisons not computed: {exc}"]
+    data["comparisons"] = comp
+    if not comp["groups"]:
+        return []
+    return ["", "## Groups (seeds pooled) and paired comparisons", "",
+            "Each group's held-out values after training, the mean over its seeds and each seed's:", "",
+            group_table(comp), "",
+            f"Paired bootstrap over the held-out problems ({comp['resamples']} resamples; a group's per-problem "
+            "score is the mean over its seeds); 'excludes 0' = the 95% interval of B - A does not contain 0. "
+            "Rows 'maj gain - pass gain': (maj@K after - before) - (pass@K after - before) per problem.", "",
+            comparison_table(comp)]
+
+
 def write_study_report(study, *, log: Callable[[str], None] = print) -> dict:
     """Write ``report.md``, ``report.json``, ``accuracy_curve.png`` and ``maj_pass_at_k.png``."""
     out = Path(study.out)
@@ -194,6 +215,7 @@ def write_study_report(study, *, log: Callable[[str], None] = print) -> dict:
     if data["description"]:
         md += [data["description"].strip(), ""]
     md += [table, ""] + [f"- {n}" for n in _notes(data)]
+    md += _comparisons(study, data, log)
     md += ["", "![accuracy over training](accuracy_curve.png)", "", "![Maj@K and Pass@K](maj_pass_at_k.png)", ""]
     (out / "report.md").write_text("\n".join(md))
     (out / "report.json").write_text(json.dumps(data, indent=2, default=str) + "\n")

@@ -9,6 +9,8 @@ A study file (``configs/ablations/<study>.yaml``)::
       curve_every: 0                   # also evaluate checkpoints every N steps (0 = before/after only)
       launcher: mathrl ablate          # command prefix printed by --print-commands
       rft: {dedup: true, max_per_problem: null}   # RFT data filter (per run: `rft:` in the run)
+      seeds: [0, 1]                    # every run once per seed (train.seed), named <run>-seed<k>
+      compare: [[rft, online_rft], [online_rft, grpo]]   # paired comparisons "B vs A" in the report
     base:                              # config sections, as in a recipe; applied after study.base
       train: {steps: 10, batch_size: 4}
     runs:
@@ -21,7 +23,10 @@ A study file (``configs/ablations/<study>.yaml``)::
 
 A run's config = defaults <- ``study.base`` recipe <- ``base`` <- the method's preset <- the
 variants' presets <- the run's ``overrides`` <- the sweep point; then ``train.output_dir`` is set to
-``<study out>/<run name>``. Override keys are dotted (``algo.kl_coef``) or nested mappings. Every key
+``<study out>/<run name>``. With ``study.seeds`` each run is repeated per seed; the report averages a
+run's seeds (its *group*, the name without ``-seed<k>``) per held-out problem and compares every group
+with the initial model and the pairs of ``study.compare`` by a paired bootstrap over problems
+(:mod:`mathrl.ablate.report`). Override keys are dotted (``algo.kl_coef``) or nested mappings. Every key
 and value is checked by :mod:`mathrl.config`; errors name the study file, the run and the key.
 """
 
@@ -71,8 +76,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 """Named override bundles for the commonly argued-about ablations (``variant:`` in a run)."""
 
-STUDY_KEYS = {"name", "out", "base", "curve_every", "launcher", "rft", "description"}
-RUN_KEYS = {"name", "method", "variant", "overrides", "sweep", "rft"}
+STUDY_KEYS = {"name", "out", "base", "curve_every", "launcher", "rft", "description", "seeds", "compare"}
+RUN_KEYS = {"name", "method", "variant", "overrides", "sweep", "rft", "group"}
 RFT_KEYS = {"dedup", "max_per_problem"}
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")
 
@@ -85,6 +90,10 @@ class RunSpec:
     method: str
     overrides: list[tuple[str, Any, str]]   # (dotted key, value, origin for error messages)
     rft: dict[str, Any] = field(default_factory=dict)
+    group: str = ""                          # the run without its seed (= name when study.seeds is unset)
+
+    def __post_init__(self) -> None:
+        self.group = self.group or self.name
 
     def override_dict(self) -> dict[str, Any]:
         return {k: v for k, v, _ in self.overrides}
@@ -101,6 +110,7 @@ class Study:
     curve_every: int = 0
     launcher: str = "mathrl ablate"
     description: str = ""
+    compare: list[tuple[str, str]] = field(default_factory=list)   # (A, B) group pairs: "B vs A"
 
     def run(self, name: str) -> RunSpec:
         for r in self.runs:
@@ -166,6 +176,31 @@ def _check_rft(opts: Any, where: str) -> dict[str, Any]:
     return dict(opts)
 
 
+def _check_seeds(seeds: Any, where: str) -> list[int] | None:
+    if seeds is None:
+        return None
+    if not isinstance(seeds, list) or not seeds or any(isinstance(x, bool) or not isinstance(x, int) for x in seeds) \
+            or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"{where}: study.seeds = {seeds!r}; allowed: a non-empty list of distinct integers, "
+                          "e.g. [0, 1]")
+    return list(seeds)
+
+
+def _check_compare(pairs: Any, groups: set[str], where: str) -> list[tuple[str, str]]:
+    if pairs is None:
+        return []
+    ok = isinstance(pairs, list) and all(isinstance(p, list) and len(p) == 2 for p in pairs)
+    if not ok:
+        raise ConfigError(f"{where}: study.compare = {pairs!r}; allowed: a list of [A, B] run pairs, e.g. "
+                          "[[rft, online_rft], [online_rft, grpo]] (B is compared with A)")
+    for a, b in pairs:
+        for g in (a, b):
+            if g not in groups:
+                raise ConfigError(f"{where}: study.compare names {g!r}, which is not a run of this study; runs "
+                                  f"(without their seed): {', '.join(sorted(groups))}")
+    return [(str(a), str(b)) for a, b in pairs]
+
+
 def load_study(path: str | Path, out: str | Path | None = None) -> Study:
     """Parse and expand a study file; every run's config is built (validated) before anything runs."""
     path = Path(path)
@@ -213,6 +248,7 @@ def load_study(path: str | Path, out: str | Path | None = None) -> Study:
     if not isinstance(runs_raw, list) or not runs_raw:
         raise ConfigError(f"{path}{_line_of(root, 'runs')}: 'runs' must be a non-empty list of "
                           "{method: ..., name: ..., variant: ..., overrides: {...}, sweep: {...}}")
+    seeds = _check_seeds(st.get("seeds"), f"{path}{_line_of(root, 'study', 'seeds')}")
     runs: list[RunSpec] = []
     for i, r in enumerate(runs_raw):
         where = f"{path}{_line_of(root, 'runs', i)}"
@@ -257,15 +293,22 @@ def load_study(path: str | Path, out: str | Path | None = None) -> Study:
             if not _NAME_RE.match(run_name) or run_name in ("baseline",):
                 raise ConfigError(f"{where}: run name {run_name!r}: use letters, digits and . _ + = - (it is a "
                                   "folder name; 'baseline' is reserved)")
-            runs.append(RunSpec(run_name, method, pre + ovr + [(k, v, f"{where} (sweep)") for k, v in point],
-                                rft_opts))
+            spec = pre + ovr + [(k, v, f"{where} (sweep)") for k, v in point]
+            if seeds is None:  # a dumped study names each run's group itself
+                runs.append(RunSpec(run_name, method, spec, rft_opts, group=str(r.get("group") or "")))
+            for seed in seeds or ():
+                runs.append(RunSpec(f"{run_name}-seed{seed}", method,
+                                    spec + [("train.seed", seed, f"{path}{_line_of(root, 'study', 'seeds')}")],
+                                    rft_opts, group=run_name))
     names = [r.name for r in runs]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise ConfigError(f"{path}: run name(s) {', '.join(dup)} occur more than once; give runs distinct 'name's")
     launcher = str(st.get("launcher") or "mathrl ablate")
+    compare = _check_compare(st.get("compare"), {r.group for r in runs}, f"{path}{_line_of(root, 'study', 'compare')}")
     study = Study(path=path, name=name, out=out_dir, base_recipe=base_recipe, base=base, runs=runs,
-                  curve_every=curve_every, launcher=launcher, description=str(st.get("description") or ""))
+                  curve_every=curve_every, launcher=launcher, description=str(st.get("description") or ""),
+                  compare=compare)
     for r in runs:  # fail before any work
         run_config(study, r)
     return study
@@ -277,7 +320,10 @@ def dump_study(study: Study, path: str | Path) -> Path:
                       "launcher": study.launcher, "description": study.description},
             "base": {k: v for k, v, _ in study.base},
             "runs": [{"name": r.name, "method": r.method, "overrides": {k: v for k, v, _ in r.overrides},
-                      "rft": dict(r.rft)} for r in study.runs]}
+                      "rft": dict(r.rft), **({"group": r.group} if r.group != r.name else {})}
+                     for r in study.runs]}
+    if study.compare:
+        data["study"]["compare"] = [list(p) for p in study.compare]
     if study.base_recipe is not None:
         data["study"]["base"] = str(Path(study.base_recipe).resolve())
     path = Path(path)

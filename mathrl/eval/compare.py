@@ -15,7 +15,7 @@ from pathlib import Path
 
 from mathrl.config import ConfigError
 
-__all__ = ["compare_runs", "compare_summaries"]
+__all__ = ["compare_runs", "compare_summaries", "per_problem"]
 
 
 def _settings(summary: dict):
@@ -33,6 +33,25 @@ def _per_problem(run_dir: Path, summary: dict, bench: str) -> dict[str, dict[str
         return None
     settings = _settings(summary)
     return {rec["id"]: per_problem_scores(rec, settings) for rec in read_records(path)}
+
+
+def per_problem(run_dir: str | Path, bench: str | None = None) -> dict[str, dict[str, float]]:
+    """The per-problem metric values (problem id -> {metric: value}) of a finished evaluation folder:
+    its ``summary.json`` settings and ``<bench>/samples.jsonl`` (``bench`` None: its only benchmark)."""
+    run_dir = Path(run_dir)
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{run_dir}: not a finished evaluation folder (summary.json: {exc})") from None
+    if bench is None:
+        if len(summary["benchmarks"]) != 1:
+            raise ConfigError(f"{run_dir}: evaluated {', '.join(summary['benchmarks'])}; name one benchmark")
+        (bench,) = summary["benchmarks"]
+    scores = _per_problem(run_dir, summary, bench)
+    if scores is None:
+        raise ConfigError(f"{run_dir}/{bench}/samples.jsonl: not found (per-problem samples are needed for a paired "
+                          "comparison)")
+    return scores
 
 
 def compare_summaries(a: dict, b: dict, dir_a: Path | None = None, dir_b: Path | None = None, *,
