@@ -4,6 +4,7 @@
     mathrl ablate configs/ablations/cpu_demo.yaml --print-commands  one launcher line per pending run (cluster)
     mathrl ablate STUDY --only grpo,rft --out DIR                  just these runs (what a cluster job runs)
     mathrl ablate STUDY --report-only                              only the report from the complete runs
+    mathrl ablate STUDY data.path=/data/asdiv/test.jsonl            key=value for the base of every run
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "accuracy_curve.png and maj_pass_at_k.png into the study folder.",
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("study", help="study YAML, e.g. configs/ablations/cpu_demo.yaml")
+    p.add_argument("overrides", nargs="*", help="config overrides key.sub=value applied to the base of every run "
+                                                "(a run's own overrides still win), e.g. data.path=FILE")
     p.add_argument("--out", help="study folder (default: study.out of the YAML, else runs/ablations/<name>)")
     p.add_argument("--print-commands", action="store_true",
                    help="print one launcher command per run that is not complete (then the report command) and exit")
@@ -36,16 +39,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     from mathrl.ablate.driver import run_study
 
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_intermixed_args(argv)  # overrides may come after the options
     only = [x.strip() for x in args.only.split(",") if x.strip()] if args.only else None
     if args.print_commands:
-        print("\n".join(run_study(args.study, out=args.out, print_only=True)["commands"]))
+        print("\n".join(run_study(args.study, out=args.out, print_only=True, overrides=args.overrides)["commands"]))
         return 0
     from mathrl.ablate.driver import AblationError
 
     try:
         run_study(args.study, out=args.out, only=only, report_only=args.report_only, report=not args.no_report,
-                  isolate=False if args.in_process else None)
+                  isolate=False if args.in_process else None, overrides=args.overrides)
     except AblationError as exc:
         print(f"mathrl ablate: {exc}", file=sys.stderr)
         return 1

@@ -293,14 +293,16 @@ def commands(study: Study, study_path: str | Path) -> list[str]:
     """Launcher lines: one per run that is not complete, then the report."""
     out = shlex.quote(str(study.out))
     sp = shlex.quote(str(study_path))
-    lines = [f"{study.launcher} {sp} --only {shlex.quote(r.name)} --out {out}"
+    extra = "".join(" " + shlex.quote(o) for o in study.cli_overrides)
+    lines = [f"{study.launcher} {sp} --only {shlex.quote(r.name)} --out {out}{extra}"
              for r in study.runs if not (study.out / r.name / DONE).is_file()]
-    lines.append(f"{study.launcher} {sp} --report-only --out {out}")
+    lines.append(f"{study.launcher} {sp} --report-only --out {out}{extra}")
     return lines
 
 
-def print_commands(study_path: str | Path, *, out: str | Path | None = None) -> list[str]:
-    study = load_study(study_path, out)
+def print_commands(study_path: str | Path, *, out: str | Path | None = None,
+                   overrides: list[str] | None = None) -> list[str]:
+    study = load_study(study_path, out, overrides)
     lines = commands(study, study_path)
     print("\n".join(lines))
     return lines
@@ -322,7 +324,7 @@ def _run_in_worker(study: Study, run: RunSpec, log: Log) -> None:
     import subprocess
 
     cmd = [sys.executable, "-m", "mathrl.ablate.cli", str(study.path), "--only", run.name, "--out", str(study.out),
-           "--no-report"]
+           "--no-report", *study.cli_overrides]
     log(f"[ablate] {run.name}: worker process: {' '.join(shlex.quote(c) for c in cmd)}")
     # a world of one: the worker builds its own process group (a parent's RANK / MASTER_PORT would
     # point it at this process's rendezvous)
@@ -335,7 +337,8 @@ def _run_in_worker(study: Study, run: RunSpec, log: Log) -> None:
 
 def run_study(study_path: str | Path | Study, *, out: str | Path | None = None, only: list[str] | None = None,
               report_only: bool = False, print_only: bool = False, task: Task | None = None,
-              isolate: bool | None = None, report: bool = True, log: Log = _log) -> dict:
+              isolate: bool | None = None, report: bool = True, overrides: list[str] | None = None,
+              log: Log = _log) -> dict:
     """Run (or resume) every run of a study, then write the report; returns the report dict.
 
     ``study_path``: a study YAML, or a :class:`~mathrl.ablate.study.Study` already loaded (and
@@ -347,10 +350,11 @@ def run_study(study_path: str | Path | Study, *, out: str | Path | None = None, 
     ``isolate``: train and evaluate each run in its own worker process (default: yes, unless a
     ``task`` object is given, which cannot cross processes, or this process is already a worker or
     one of several launched ranks). ``report = False``: skip the report (worker processes).
+    ``overrides``: ``key=value`` items for the base of every run (see :func:`load_study`).
     """
     from mathrl.ablate.report import write_study_report
 
-    study = study_path if isinstance(study_path, Study) else load_study(study_path, out)
+    study = study_path if isinstance(study_path, Study) else load_study(study_path, out, overrides)
     if print_only:
         return {"commands": commands(study, study.path)}
     task = task or Task()

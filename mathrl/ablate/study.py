@@ -111,6 +111,7 @@ class Study:
     launcher: str = "mathrl ablate"
     description: str = ""
     compare: list[tuple[str, str]] = field(default_factory=list)   # (A, B) group pairs: "B vs A"
+    cli_overrides: list[str] = field(default_factory=list)          # key=value from the command line
 
     def run(self, name: str) -> RunSpec:
         for r in self.runs:
@@ -201,9 +202,17 @@ def _check_compare(pairs: Any, groups: set[str], where: str) -> list[tuple[str, 
     return [(str(a), str(b)) for a, b in pairs]
 
 
-def load_study(path: str | Path, out: str | Path | None = None) -> Study:
-    """Parse and expand a study file; every run's config is built (validated) before anything runs."""
+def load_study(path: str | Path, out: str | Path | None = None, overrides: list[str] | None = None) -> Study:
+    """Parse and expand a study file; every run's config is built (validated) before anything runs.
+
+    ``overrides``: ``key=value`` items (``mathrl ablate STUDY data.path=...``) applied to the base of every
+    run, after the study's ``base`` (a run's own overrides still win)."""
     path = Path(path)
+    overrides = list(overrides or [])
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} (command line) must look like key.sub=value, "
+                              "e.g. data.path=/data/asdiv/test.jsonl")
     try:
         text = path.read_text()
     except OSError as exc:
@@ -308,7 +317,7 @@ def load_study(path: str | Path, out: str | Path | None = None) -> Study:
     compare = _check_compare(st.get("compare"), {r.group for r in runs}, f"{path}{_line_of(root, 'study', 'compare')}")
     study = Study(path=path, name=name, out=out_dir, base_recipe=base_recipe, base=base, runs=runs,
                   curve_every=curve_every, launcher=launcher, description=str(st.get("description") or ""),
-                  compare=compare)
+                  compare=compare, cli_overrides=overrides)
     for r in runs:  # fail before any work
         run_config(study, r)
     return study
@@ -318,7 +327,7 @@ def dump_study(study: Study, path: str | Path) -> Path:
     """Write ``study`` (possibly edited in Python) as an equivalent study file with its runs expanded."""
     data = {"study": {"name": study.name, "out": str(Path(study.out).resolve()), "curve_every": study.curve_every,
                       "launcher": study.launcher, "description": study.description},
-            "base": {k: v for k, v, _ in study.base},
+            "base": {k: v for k, v, _ in study.base},  # (command-line overrides are not written: pass them again)
             "runs": [{"name": r.name, "method": r.method, "overrides": {k: v for k, v, _ in r.overrides},
                       "rft": dict(r.rft), **({"group": r.group} if r.group != r.name else {})}
                      for r in study.runs]}
@@ -340,6 +349,9 @@ def base_config(study: Study) -> Config:
             set_value(cfg, key, value, origin=f"{study.base_recipe}:{line}")
     for key, value, origin in study.base:
         set_value(cfg, key, value, origin=origin)
+    for item in study.cli_overrides:
+        key, value = item.split("=", 1)
+        set_value(cfg, key.strip(), value, origin="command line", from_cli=True)
     return cfg
 
 

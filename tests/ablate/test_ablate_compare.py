@@ -115,3 +115,24 @@ def test_report_has_the_comparison_section(study):
     (Path(study.out) / "rft-seed1" / "eval" / "step_000002" / "svamp" / "samples.jsonl").unlink()
     write_study_report(study, log=lambda m: None)
     assert "Comparisons not computed" in Path(study.out, "report.md").read_text()
+
+
+def test_command_line_overrides_reach_every_run_and_the_worker_commands(tmp_path, shared_data, capsys):
+    from mathrl.ablate.cli import main as ablate_main
+    from mathrl.ablate.study import run_config
+
+    path = Path(__file__).resolve().parents[2] / "configs" / "ablations" / "wordproblems_cpu.yaml"
+    asdiv = str(shared_data / "asdiv" / "test.jsonl")
+    s = load_study(path, out=tmp_path / "o", overrides=[f"data.path={asdiv}"])
+    assert [r.group for r in s.runs][::2] == ["rft", "online_rft", "grpo", "ppo", "grpo-iterative"]
+    assert len(s.runs) == 10 and {run_config(s, r).data.path for r in s.runs} == {asdiv}
+    c = run_config(s, s.run("grpo-iterative-seed1"))
+    assert (c.train.seed, c.algo.ref_update_every, c.train.lr, c.data.eval_source, c.data.eval_limit) == \
+        (1, 5, 1e-5, "svamp", 500)
+    assert {run_config(s, r).train.lr for r in s.runs} == {1e-5}  # one rate for every method
+    assert not any(run_config(s, r).algo.dynamic_sampling for r in s.runs)
+    assert ablate_main([str(path), "--print-commands", "--out", str(tmp_path / "o"), f"data.path={asdiv}"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 11 and all(line.endswith(f"data.path={asdiv}") for line in lines)
+    with pytest.raises(ConfigError, match="override 'nonsense' \\(command line\\) must look like key.sub=value"):
+        load_study(path, overrides=["nonsense"])
