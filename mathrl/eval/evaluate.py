@@ -55,9 +55,9 @@ def make_eval_engine(cfg, model_spec: str):
         raise ConfigError(str(exc)) from None
 
 
-def _finished(out_dir: Path, model_spec: str, settings) -> dict:
-    """The benchmarks an earlier run into ``out_dir`` finished with the same model and settings
-    (their summaries, by name): a resumed evaluation does not run them again."""
+def _finished(out_dir: Path, model_spec: str, settings, sets) -> dict:
+    """The benchmarks an earlier run into ``out_dir`` finished with the same model, settings and number of
+    problems (their summaries, by name): a resumed evaluation does not run them again."""
     import json
 
     try:
@@ -66,8 +66,9 @@ def _finished(out_dir: Path, model_spec: str, settings) -> dict:
         return {}
     if old.get("model") != model_spec or old.get("settings") != settings.to_dict():
         return {}
+    sizes = {name: len(problems) for name, problems in sets}
     return {name: s for name, s in (old.get("benchmarks") or {}).items()
-            if (out_dir / name / "samples.jsonl").is_file()}
+            if (out_dir / name / "samples.jsonl").is_file() and s.get("problems") == sizes.get(name)}
 
 
 def evaluate_model(cfg, sets, out_dir: Path, *, model_spec: str, command: str, top_k: int | None = None,
@@ -83,7 +84,7 @@ def evaluate_model(cfg, sets, out_dir: Path, *, model_spec: str, command: str, t
     out_dir.mkdir(parents=True, exist_ok=True)
     own = engine is None
     t0 = time.time()
-    finished = _finished(out_dir, model_spec, settings) if resume else {}
+    finished = _finished(out_dir, model_spec, settings, sets) if resume else {}
     if finished:
         log(f"resuming in {out_dir}: {', '.join(finished)} already evaluated")
     sets = [(name, problems) for name, problems in sets if name not in finished]

@@ -86,6 +86,11 @@ def test_killed_evaluation_resumes_from_its_journal(tiny_dir, shared_data, tmp_p
     idle = CountingEngine(real)
     evaluate_model(cfg, sets, out, model_spec=str(tiny_dir), command="t", engine=idle, resume=True)
     assert idle.calls == 0
+    # ... unless it now has other problems (a changed --limit): then it is evaluated again
+    other = CountingEngine(real)
+    evaluate_model(cfg, [("gsm8k", sets[0][1][:10])], out, model_spec=str(tiny_dir), command="t", engine=other,
+                   resume=True)
+    assert other.calls == 10
     # ... and without --resume (negative control) everything is generated again
     fresh = CountingEngine(real)
     evaluate_model(cfg, sets, out, model_spec=str(tiny_dir), command="t", engine=fresh)
