@@ -37,6 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))  # bench_vs_trl, for the micro-batch rule
 
 LOSS_TYPES = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
 
@@ -109,8 +110,11 @@ def make_reward(cfg, eos_ids: set[int]):
 
 
 def micro_rows_for(rows: int, width: int, budget: int) -> int:
-    """Largest divisor of ``rows`` whose padded micro-batch ``d x width`` tokens fits ``budget`` (>= 1)."""
-    return max([d for d in range(1, rows + 1) if rows % d == 0 and d * width <= budget] or [1])
+    """Largest divisor of ``rows`` whose padded micro-batch ``d x width`` tokens fits ``budget`` (>= 1):
+    the rule bench_vs_trl sizes TRL's micro-batches by."""
+    from bench_vs_trl import trl_micro_rows
+
+    return trl_micro_rows(rows, width, 0, budget)
 
 
 def cmd_train(args) -> int:

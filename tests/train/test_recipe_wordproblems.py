@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "configs" / "grpo_wordproblems_cpu.yaml"
 
 
-def test_recipe_runs_on_real_model_and_data(shared_data, embedded_model_path, tmp_path):
+def test_recipe_runs_on_real_model_and_data(shared_data, embedded_model_path, tmp_path, monkeypatch):
     require_import("deepspeed")
     from mathrl.config import load_config
     from mathrl.data.splits import heldout_problems
@@ -40,11 +40,8 @@ def test_recipe_runs_on_real_model_and_data(shared_data, embedded_model_path, tm
         env.pop(k, None)
     cfg = load_config(str(RECIPE), overrides)
     assert cfg.model.name == "embedded" and cfg.model.autocast == "bfloat16" and cfg.data.source == "asdiv"
-    os.environ["MATHRL_DATA"], old = str(shared_data), os.environ.get("MATHRL_DATA")
-    try:
-        name, held = heldout_problems(cfg)
-    finally:
-        os.environ.pop("MATHRL_DATA") if old is None else os.environ.__setitem__("MATHRL_DATA", old)
+    monkeypatch.setenv("MATHRL_DATA", str(shared_data))
+    name, held = heldout_problems(cfg)
     assert name == "svamp" and [p.id for p in held] == ["svamp/test/0", "svamp/test/1", "svamp/test/2"]
 
     proc = subprocess.run([sys.executable, "-m", "mathrl.cli", "train", str(RECIPE), *overrides], cwd=REPO, env=env,
