@@ -21,6 +21,8 @@ import pytest
 import torch
 from mathrl_testenv import SHARED_DATA, require, require_import
 
+from mathrl.procs import without_dist_env
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "scripts"
 GSM8K = SHARED_DATA / "gsm8k" / "train.jsonl"
@@ -139,7 +141,10 @@ def test_ratios_are_against_trls_fastest_row_and_rows_name_their_precision():
 
 
 def _env() -> dict:
-    return dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1",
+    """The scripts' environment: a world of their own. An earlier test may have left this pytest
+    process holding a process group (RANK, MASTER_PORT in os.environ, its TCP store listening); a child
+    that inherits MASTER_PORT fails to bind it (EADDRINUSE)."""
+    return dict(without_dist_env(), OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1",
                 DS_ACCELERATOR="cpu")
 
 

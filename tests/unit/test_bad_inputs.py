@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from mathrl.config import ConfigError, load_config
 from mathrl.data import DataError, load_problems
 from mathrl.data.readers import json_line_error
 from mathrl.models import ModelError
+from mathrl.procs import without_dist_env
 from mathrl.train.ds_json import check_batch_sizes, ds_config
 from mathrl_testenv import require
 
@@ -179,8 +179,8 @@ def test_cli_exit_2_one_line_before_deepspeed(base, scratch, name, tmp_path):
         sections.setdefault(sec, {})[fld] = value
     recipe.write_text("".join(f"{s}:\n" + "".join(f"  {k}: {json.dumps(v)}\n" for k, v in f.items())
                               for s, f in sections.items()))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    env.pop("WORLD_SIZE", None)
+    # a world of its own (this pytest process may hold a process group and its MASTER_PORT)
+    env = {**without_dist_env(), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     t0 = time.perf_counter()
     proc = subprocess.run([_mathrl(), "train", str(recipe), *overrides[4:], f"train.output_dir={out_dir}"],
                           capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
