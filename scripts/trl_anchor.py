@@ -23,7 +23,8 @@ it has no vLLM-CPU mode). Each checkpoint holds the model only (``save_only_mode
 
 Wall-clock is the training loop's time, model loading excluded, on both sides: TRL's from the first
 optimizer step's start (``<out>/wallclock.jsonl``, one line per step), mathrl's the running sum of
-``time/step`` in ``metrics.jsonl``; the trainer's own before/after evaluations are not counted.
+``time/step`` in ``metrics.jsonl``; checkpoint writing and the trainer's own before/after evaluations
+are not counted on either side.
 """
 
 from __future__ import annotations
@@ -149,13 +150,19 @@ def cmd_train(args) -> int:
 
         t0: float | None = None
         next_save = every_s
+        saving = 0.0  # seconds spent writing checkpoints, left out of the clock (as mathrl's time/step)
+        step_end = 0.0
 
         def on_step_begin(self, a, state, control, **kw):
             if self.t0 is None:
                 self.t0 = time.perf_counter()
 
+        def on_save(self, a, state, control, **kw):
+            self.saving += time.perf_counter() - self.step_end
+
         def on_step_end(self, a, state, control, **kw):
-            elapsed = time.perf_counter() - self.t0
+            self.step_end = time.perf_counter()
+            elapsed = self.step_end - self.t0 - self.saving
             with clock.open("a") as fh:
                 fh.write(json.dumps({"step": state.global_step, "seconds": round(elapsed, 2)}) + "\n")
             if elapsed >= self.next_save:
