@@ -10,6 +10,7 @@ A study file (``configs/ablations/<study>.yaml``)::
       launcher: mathrl ablate          # command prefix printed by --print-commands
       rft: {dedup: true, max_per_problem: null}   # RFT data filter (per run: `rft:` in the run)
       seeds: [0, 1]                    # every run once per seed (train.seed), named <run>-seed<k>
+                                       # (a run's own `seeds:` replaces it for that run)
       compare: [[rft, online_rft], [online_rft, grpo]]   # paired comparisons "B vs A" in the report
     base:                              # config sections, as in a recipe; applied after study.base
       train: {steps: 10, batch_size: 4}
@@ -17,7 +18,7 @@ A study file (``configs/ablations/<study>.yaml``)::
       - {method: rft, overrides: {train.lr: 1.0e-5}}           # name defaults to the method
       - {method: online_rft, overrides: {train.lr: 1.0e-5}}
       - {method: grpo}
-      - {method: grpo, variant: dr_grpo}                         # name: grpo-dr_grpo
+      - {method: grpo, variant: dr_grpo, seeds: [0]}             # name: grpo-dr_grpo(-seed0)
       - {method: grpo, sweep: {rollout.n: [4, 8, 16]}}           # grpo-n4, grpo-n8, grpo-n16
       - {method: ppo, name: ppo}
 
@@ -69,6 +70,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "k1": {"algo.kl_estimator": "k1", "algo.kl_in": "reward"},  # k1 only works as a reward penalty
     "k3": {"algo.kl_estimator": "k3"},
     "clip_higher": {"algo.clip_low": 0.2, "algo.clip_high": 0.28},   # DAPO
+    "dynamic_sampling": {"algo.dynamic_sampling": True},              # DAPO: resample all-equal groups
     "token_mean": {"algo.loss_agg": "token-mean"},
     "seq_mean_token_mean": {"algo.loss_agg": "seq-mean-token-mean"},
     "seq_mean_token_sum": {"algo.loss_agg": "seq-mean-token-sum"},
@@ -77,7 +79,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 """Named override bundles for the commonly argued-about ablations (``variant:`` in a run)."""
 
 STUDY_KEYS = {"name", "out", "base", "curve_every", "launcher", "rft", "description", "seeds", "compare"}
-RUN_KEYS = {"name", "method", "variant", "overrides", "sweep", "rft", "group"}
+RUN_KEYS = {"name", "method", "variant", "overrides", "sweep", "rft", "group", "seeds"}
 RFT_KEYS = {"dedup", "max_per_problem"}
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")
 
@@ -177,12 +179,12 @@ def _check_rft(opts: Any, where: str) -> dict[str, Any]:
     return dict(opts)
 
 
-def _check_seeds(seeds: Any, where: str) -> list[int] | None:
+def _check_seeds(seeds: Any, where: str, key: str = "study.seeds") -> list[int] | None:
     if seeds is None:
         return None
     if not isinstance(seeds, list) or not seeds or any(isinstance(x, bool) or not isinstance(x, int) for x in seeds) \
             or len(set(seeds)) != len(seeds):
-        raise ConfigError(f"{where}: study.seeds = {seeds!r}; allowed: a non-empty list of distinct integers, "
+        raise ConfigError(f"{where}: {key} = {seeds!r}; allowed: a non-empty list of distinct integers, "
                           "e.g. [0, 1]")
     return list(seeds)
 
@@ -267,6 +269,7 @@ def load_study(path: str | Path, out: str | Path | None = None, overrides: list[
         if bad:
             raise ConfigError(f"{where}: run #{i + 1}: unknown key(s) {', '.join(sorted(bad))}; allowed: "
                               f"{', '.join(sorted(RUN_KEYS))}")
+        run_seeds = _check_seeds(r["seeds"], f"{where}: run #{i + 1}", "seeds") if "seeds" in r else seeds
         method = r.get("method")
         if method not in METHODS:
             raise ConfigError(f"{where}: run #{i + 1}: method = {method!r}; allowed: {', '.join(METHODS)}")
@@ -303,11 +306,11 @@ def load_study(path: str | Path, out: str | Path | None = None, overrides: list[
                 raise ConfigError(f"{where}: run name {run_name!r}: use letters, digits and . _ + = - (it is a "
                                   "folder name; 'baseline' is reserved)")
             spec = pre + ovr + [(k, v, f"{where} (sweep)") for k, v in point]
-            if seeds is None:  # a dumped study names each run's group itself
+            if run_seeds is None:  # a dumped study names each run's group itself
                 runs.append(RunSpec(run_name, method, spec, rft_opts, group=str(r.get("group") or "")))
-            for seed in seeds or ():
-                runs.append(RunSpec(f"{run_name}-seed{seed}", method,
-                                    spec + [("train.seed", seed, f"{path}{_line_of(root, 'study', 'seeds')}")],
+            seed_where = f"{where} (seeds)" if "seeds" in r else f"{path}{_line_of(root, 'study', 'seeds')}"
+            for seed in run_seeds or ():
+                runs.append(RunSpec(f"{run_name}-seed{seed}", method, spec + [("train.seed", seed, seed_where)],
                                     rft_opts, group=run_name))
     names = [r.name for r in runs]
     dup = sorted({n for n in names if names.count(n) > 1})

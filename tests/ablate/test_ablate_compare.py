@@ -82,6 +82,15 @@ def test_seeds_expand_into_groups_and_compare_is_checked(study, tmp_path):
     bad.write_text(json.dumps({"study": {"seeds": [0, 0]}, "runs": [{"method": "rft"}]}))
     with pytest.raises(ConfigError, match="study.seeds = \\[0, 0\\]; allowed: a non-empty list of distinct"):
         load_study(bad)
+    # a run's own seeds replace the study's for that run only
+    one = tmp_path / "one.yaml"
+    one.write_text(json.dumps({"study": {"seeds": [0, 1]}, "runs": [{"method": "rft"}, {"method": "grpo", "seeds": [3]}]}))
+    s = load_study(one)
+    assert [(r.name, r.group, run_config(s, r).train.seed) for r in s.runs] == \
+        [("rft-seed0", "rft", 0), ("rft-seed1", "rft", 1), ("grpo-seed3", "grpo", 3)]
+    one.write_text(json.dumps({"runs": [{"method": "grpo", "seeds": "0"}]}))
+    with pytest.raises(ConfigError, match="run #1: seeds = '0'; allowed: a non-empty list"):
+        load_study(one)
 
 
 def test_paired_comparisons_pool_seeds_per_problem(study):
@@ -124,15 +133,20 @@ def test_command_line_overrides_reach_every_run_and_the_worker_commands(tmp_path
     path = Path(__file__).resolve().parents[2] / "configs" / "ablations" / "wordproblems_cpu.yaml"
     asdiv = str(shared_data / "asdiv" / "test.jsonl")
     s = load_study(path, out=tmp_path / "o", overrides=[f"data.path={asdiv}"])
-    assert [r.group for r in s.runs][::2] == ["rft", "online_rft", "grpo", "ppo", "grpo-iterative"]
-    assert len(s.runs) == 10 and {run_config(s, r).data.path for r in s.runs} == {asdiv}
+    assert [r.group for r in s.runs][:10:2] == ["rft", "online_rft", "grpo", "ppo", "grpo-iterative"]
+    # the GRPO-family rows: one seed each (the run's own `seeds`), compared with GRPO
+    assert [r.name for r in s.runs][10:] == ["grpo-dynamic_sampling-seed0", "grpo-clip_higher-seed0",
+                                             "grpo-dr_grpo-seed0"]
+    assert ("grpo", "grpo-dr_grpo") in [tuple(p) for p in s.compare]
+    assert len(s.runs) == 13 and {run_config(s, r).data.path for r in s.runs} == {asdiv}
     c = run_config(s, s.run("grpo-iterative-seed1"))
     assert (c.train.seed, c.algo.ref_update_every, c.train.lr, c.data.eval_source, c.data.eval_limit) == \
         (1, 5, 1e-5, "svamp", 500)
     assert {run_config(s, r).train.lr for r in s.runs} == {1e-5}  # one rate for every method
-    assert not any(run_config(s, r).algo.dynamic_sampling for r in s.runs)
+    assert [r.name for r in s.runs if run_config(s, r).algo.dynamic_sampling] == ["grpo-dynamic_sampling-seed0"]
+    assert run_config(s, s.run("grpo-clip_higher-seed0")).algo.clip_high == 0.28
     assert ablate_main([str(path), "--print-commands", "--out", str(tmp_path / "o"), f"data.path={asdiv}"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 11 and all(line.endswith(f"data.path={asdiv}") for line in lines)
+    assert len(lines) == 14 and all(line.endswith(f"data.path={asdiv}") for line in lines)
     with pytest.raises(ConfigError, match="override 'nonsense' \\(command line\\) must look like key.sub=value"):
         load_study(path, overrides=["nonsense"])
