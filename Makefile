@@ -42,12 +42,13 @@ vllm-env:
 demo: venv
 	OMP_NUM_THREADS=$(THREADS) $(VENV)/bin/mathrl train configs/demo.yaml
 
-# -ra: the summary lists every skip (and failure) with its reason. A missing ../shared/data skips
+# -ra: the summary lists every skip (and failure) with its reason; --durations=25 the slowest tests.
+# A missing ../shared/data skips
 # with a reason here; .ci/run sets MATHRL_REQUIRE_ALL=1, under which it (and a broken .venv-vllm
 # or a model that fails to load) is a failure instead (tests/conftest.py: require).
 test: venv vllm-env
 	@start=$$(date +%s); \
-	OMP_NUM_THREADS=$(THREADS) $(PY) -m pytest tests -q -ra --timeout=900; rc=$$?; \
+	OMP_NUM_THREADS=$(THREADS) $(PY) -m pytest tests -q -ra --timeout=900 --durations=25; rc=$$?; \
 	echo "make test: tests took $$(( $$(date +%s) - start )) s (exit $$rc)"; exit $$rc
 
 clean:
