@@ -294,7 +294,8 @@ class AlgoConfig:
         False, "DAPO dynamic sampling: drop groups whose G rewards are all equal (no group-relative signal) and "
         "sample more prompts until the step has train.batch_size informative groups or "
         "algo.sampling_rounds rounds were sampled; a shortfall is then filled with uninformative groups. Logs "
-        "sampling/* (rounds, prompts consumed, fraction filtered). Needs a group estimator and rollout.n >= 2.")
+        "sampling/* (rounds, prompts consumed, fraction filtered, accuracy over all sampled responses: "
+        "reward/accuracy is over the trained groups only). Needs a group estimator and rollout.n >= 2.")
     sampling_rounds: int = option(
         4, "Most sampling rounds of train.batch_size prompts per step with algo.dynamic_sampling (DAPO's "
         "max_num_gen_batches); each extra round costs a full generation.", ge=1)

@@ -122,12 +122,16 @@ def sample_step(cfg: Config, dist: DistInfo, tokenizer, rollout, problems: list,
     sel = select_informative(masks, per_rank, fill=True)
     out = merge_groups(rounds, sel.groups)
     sampled_groups = sum(m.numel() for m in masks)
+    right = sum(sum(map(bool, s.correct)) for s in rounds)
     totals = global_sum(torch.tensor([sampled_groups, sampled_groups - sum(int(m.sum()) for m in masks),
-                                      sel.filled, sel.surplus], dtype=torch.float64)).tolist()
+                                      sel.filled, sel.surplus, right], dtype=torch.float64)).tolist()
+    # reward/accuracy is over the trained groups, which the filter biases towards half right; the
+    # policy's own accuracy on the stream is over every response sampled in every round
     out.stats = {"sampling/rounds": float(len(rounds)), "sampling/prompts_consumed": float(consumed),
                  "sampling/skipped_prompts": float(consumed - B * len(rounds)),
                  "sampling/filtered_frac": totals[1] / max(totals[0], 1.0),
-                 "sampling/filled_groups": totals[2], "sampling/surplus_groups": totals[3]}
+                 "sampling/filled_groups": totals[2], "sampling/surplus_groups": totals[3],
+                 "sampling/accuracy_sampled": totals[4] / max(totals[0] * G, 1.0)}
     return out
 
 

@@ -1,7 +1,8 @@
 """Worker for tests/train/test_grpo_family.py: a GRPO run of the digit model with dynamic sampling,
 launched by torchrun at world size 2. Every rank appends, per step, the number of sampling rounds it ran
 and how many of the groups it trains on have rewards that differ, to ``<output_dir>/ds_rank<r>.jsonl``, and
-the informative groups it found in each round to ``found_rank<r>.jsonl``.
+the informative groups it found in each round to ``found_rank<r>.jsonl``, and the right and sampled
+responses of each round to ``graded_rank<r>.jsonl``.
 
 Usage: torchrun --nproc_per_node 2 _dynamic_sampling.py MODEL_DIR OUTPUT_DIR [override ...]
 """
@@ -47,6 +48,17 @@ def main() -> None:
         return real_select(masks, need, fill=fill)
 
     filtering.select_informative = select
+    import mathrl.train.sampling as sampling
+
+    real_sample = sampling.sample_and_grade
+
+    def sample_and_grade(*a, **kw):  # every round's responses: [right, sampled] on this rank
+        s = real_sample(*a, **kw)
+        with open(os.path.join(out, f"graded_rank{rank}.jsonl"), "a") as fh:
+            fh.write(json.dumps([int(sum(map(bool, s.correct))), len(s.correct)]) + "\n")
+        return s
+
+    sampling.sample_and_grade = sample_and_grade
     cfg = load_config(None, [f"model.name={model_dir}", "rollout.backend=hf", "rollout.max_tokens=3", "rollout.n=4",
                              "train.batch_size=4", "train.lr=1e-2", "algo.kl_coef=0.04", "data.template=chat_boxed",
                              f"train.output_dir={out}", FIRST_DIGIT, "logging.tensorboard=false", *extra])

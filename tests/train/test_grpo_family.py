@@ -47,6 +47,11 @@ def test_dynamic_sampling_fills_the_batch_with_informative_groups(embedded_model
         assert s["sampling/prompts_consumed"] == 4 * s["sampling/rounds"]
         assert s["reward/zero_variance_groups"] == s["sampling/filled_groups"] / 4
         assert 0 < s["sampling/filtered_frac"] < 1
+        # the policy's accuracy over every response of every round (4 prompts x G = 2 per round)
+        right = s["sampling/accuracy_sampled"] * 8 * s["sampling/rounds"]
+        assert 0 <= right <= 8 * s["sampling/rounds"] and abs(right - round(right)) < 1e-9
+        if s["sampling/rounds"] == 1:  # nothing was filtered out: the trained groups are all of them
+            assert s["sampling/accuracy_sampled"] == pytest.approx(s["reward/accuracy"])
         for key in ("mismatch/kl", "mismatch/logp_diff_max"):
             assert key in s
     assert sum(s["sampling/filled_groups"] for s in steps) < 8  # mostly informative groups were found
@@ -98,6 +103,15 @@ def test_dynamic_sampling_on_two_ranks_with_uneven_groups(digit_model_dir, tmp_p
     # uneven work: at some step one rank had its share of informative groups before the other
     first_full = lambda rounds: next((k for k in range(len(rounds)) if sum(rounds[:k + 1]) >= 2), None)  # noqa: E731
     assert any(first_full(a) != first_full(b) for a, b in zip(found[0], found[1])), found
+    # sampling/accuracy_sampled: right / sampled over every round of both ranks, counted here independently
+    graded = {r: [json.loads(x) for x in (out / f"graded_rank{r}.jsonl").read_text().splitlines()] for r in (0, 1)}
+    pos = 0
+    for x in rows[0]:
+        k = int(x["sampling/rounds"])
+        rounds = graded[0][pos:pos + k] + graded[1][pos:pos + k]
+        pos += k
+        assert x["sampling/accuracy_sampled"] == pytest.approx(sum(r for r, _ in rounds) / sum(n for _, n in rounds))
+    assert pos == len(graded[0]) == len(graded[1])
 
 
 @pytest.mark.slow
