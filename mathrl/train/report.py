@@ -55,12 +55,12 @@ def plot_rewards(history: list[dict], path: Path) -> None:
     steps = [h["step"] for h in history]
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot(steps, [h["reward/mean"] for h in history], marker="o", label="mean reward")
-    if all("sampling/accuracy_sampled" in h for h in history):  # dynamic sampling: trained groups are filtered
-        ax.plot(steps, [h["reward/accuracy"] for h in history], marker=".", label="accuracy (trained groups)")
+    filtered = all("sampling/accuracy_sampled" in h for h in history)  # dynamic sampling filtered the groups
+    ax.plot(steps, [h["reward/accuracy"] for h in history], marker=".",
+            label="accuracy (trained groups)" if filtered else "accuracy (train samples)")
+    if filtered:
         ax.plot(steps, [h["sampling/accuracy_sampled"] for h in history], marker=".",
                 label="accuracy (all sampled responses)")
-    else:
-        ax.plot(steps, [h["reward/accuracy"] for h in history], marker=".", label="accuracy (train samples)")
     ax.set_xlabel("step")
     ax.set_ylabel("reward")
     ax.set_title("mathrl GRPO: training reward")
