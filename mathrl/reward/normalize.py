@@ -406,8 +406,10 @@ def clean(s: str) -> tuple[str, bool, bool]:
         s = approx[-1].strip() if is_var(approx[0]) else approx[0].strip()
     s = scale_words(s)
     s = NAMED_SETS.get(re.sub(r"[\s{}]", "", s).lower(), s)
-    paren = re.fullmatch(r"(.*?[\d}])\s*\(([^()]*)\)", s)  # '5 (which is 500 cents)' -> '5'
-    if paren and re.search(r"[A-Za-z]{3,}", re.sub(r"\\[A-Za-z]+", "", paren.group(2))):
+    # '5 (which is 500 cents)' -> '5'; '5 ft (60 inches)' -> '5 ft' (a conversion after the unit)
+    paren = re.fullmatch(r"(.*?[\d}](\s*[A-Za-z]+){0,2})\s*\(([^()]*)\)", s)
+    if paren and (re.search(r"[A-Za-z]{3,}", re.sub(r"\\[A-Za-z]+", "", paren.group(3)))
+                  or (paren.group(2) and re.fullmatch(r"\s*=?\s*[\d.,]+\s*[A-Za-z]{1,2}\s*", paren.group(3)))):
         s = paren.group(1).strip()
     s = re.sub(r"^(?:[A-Za-z](?:_\{?\w+\}?)?\s*\\in\s*)", "", s)  # 'x \in (1,2)'
     s = re.sub(r"^(?:the\s+)?(?:final\s+)?answer\s*(?:is|:)\s*", "", s, flags=re.IGNORECASE)
