@@ -24,7 +24,8 @@ The answer policy (the same text is in README, "Verifier"):
   (``1\\frac12``), scientific notation, scale words (``2 million``) and number words (``seven``).
 * **Units**: a unit after a number is dropped whether glued or spaced (``10cm``, ``10 m``,
   ``10weeks``, ``5只``); one- and two-letter units only from a fixed list; no conversion (``1 km``
-  is 1). A parenthetical remark after the answer is dropped (``5 (which is 500 cents)``).
+  is 1). A parenthetical remark or conversion after the answer is dropped (``5 (which is 500 cents)``,
+  ``5 ft (60 inches)`` is 5).
 * **Percent**: ``25\\%`` equals ``25`` and ``0.25`` (a percent sign on one side may be read either
   way). **Degrees**: ``30^\\circ`` equals ``30``; inside a trigonometric function a degree is
   pi/180 (``\\sin(90^\\circ - x)`` = ``\\cos x``).
