@@ -55,11 +55,12 @@ def plot_rewards(history: list[dict], path: Path) -> None:
     steps = [h["step"] for h in history]
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot(steps, [h["reward/mean"] for h in history], marker="o", label="mean reward")
-    filtered = all("sampling/accuracy_sampled" in h for h in history)  # dynamic sampling filtered the groups
+    # dynamic sampling filtered the groups (a run resumed from before the metric existed has it on later steps)
+    sampled = [h for h in history if "sampling/accuracy_sampled" in h]
     ax.plot(steps, [h["reward/accuracy"] for h in history], marker=".",
-            label="accuracy (trained groups)" if filtered else "accuracy (train samples)")
-    if filtered:
-        ax.plot(steps, [h["sampling/accuracy_sampled"] for h in history], marker=".",
+            label="accuracy (trained groups)" if sampled else "accuracy (train samples)")
+    if sampled:
+        ax.plot([h["step"] for h in sampled], [h["sampling/accuracy_sampled"] for h in sampled], marker=".",
                 label="accuracy (all sampled responses)")
     ax.set_xlabel("step")
     ax.set_ylabel("reward")
@@ -72,9 +73,15 @@ def plot_rewards(history: list[dict], path: Path) -> None:
 
 
 def write_report(out: Path, before: dict, after: dict) -> None:
+    """``reward_curve.png`` and ``summary.md`` (held-out metrics before / after). A resumed run evaluated
+    "before" in an earlier process: then the step-0 evaluation row of the metrics log is the column."""
     from mathrl.train.metrics import read_metrics
 
-    history = [h for h in read_metrics(out / "metrics.jsonl") if "event" not in h]
+    rows = read_metrics(out / "metrics.jsonl")
+    history = [h for h in rows if "event" not in h]
+    if not before:
+        logged = [h for h in rows if h.get("event") == "eval" and h.get("step") == 0]
+        before = {k: v for k, v in logged[-1].items() if k not in ("step", "event")} if logged else {}
     if history:
         plot_rewards(history, out / "reward_curve.png")
     if before or after:
