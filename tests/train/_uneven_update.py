@@ -1,5 +1,5 @@
 """Worker for tests/train/test_uneven_ranks.py: the real SmolLM2-135M-Instruct, sampled responses of up
-to 64 tokens, one GRPO update (old and reference logprobs, then the policy step) under ZeRO-2 and ZeRO-3
+to 64 tokens, one GRPO update (one PPO epoch) (old and reference logprobs, then the policy step) under ZeRO-2 and ZeRO-3
 on a fixed global batch, where the two ranks get different numbers of micro-batches.
 
 Every rank samples the same global batch (same seed, its own hf engine), grades it with the real
@@ -49,8 +49,8 @@ def main() -> None:
     results, counts = {}, {}
     for stage in (stage,):
         cfg = load_config(None, [
-            f"model.name={model_dir}", f"rollout.n={G}", f"train.batch_size={B}", "train.lr=1e-2",
-            "train.max_grad_norm=0", "algo.kl_coef=0.04", "algo.entropy_coef=0.01", "algo.ppo_epochs=2",
+            f"model.name={model_dir}", f"rollout.n={G}", f"train.batch_size={B}", "train.lr=2e-2",
+            "train.max_grad_norm=0", "algo.kl_coef=0.04", "algo.entropy_coef=0.01", "algo.ppo_epochs=1",
             "data.template=chat_boxed_oneshot", f"deepspeed.zero_stage={stage}", "reward.function=correctness_format",
             "reward.format_bonus=0.2"])
         models = tm.build_models(cfg, dist, total_steps=1)
