@@ -1,6 +1,6 @@
 """Worker for tests/train/test_uneven_ranks.py: the real SmolLM2-135M-Instruct, sampled responses of up
-to 64 tokens, one GRPO update (one PPO epoch) (old and reference logprobs, then the policy step) under ZeRO-2 and ZeRO-3
-on a fixed global batch, where the two ranks get different numbers of micro-batches.
+to 64 tokens, one GRPO update of one PPO epoch (old and reference logprobs, then the policy step) under
+ZeRO-2 and ZeRO-3 on a fixed global batch, where the two ranks get different numbers of micro-batches.
 
 Every rank samples the same global batch (same seed, its own hf engine), grades it with the real
 verifier, computes the group advantages, and takes its share: rank 0 the three groups with the longest
