@@ -16,10 +16,11 @@ trainer's own before/after evaluation rows, if the run logged them.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 COLUMNS = (
     ("reward/accuracy", "accuracy (trained groups)", 3),
@@ -36,18 +37,19 @@ COLUMNS = (
 def read_metrics(path: Path) -> tuple[list[dict], list[dict]]:
     """(training rows, evaluation rows), each in step order; a step logged again (after a resume) keeps
     its last row. Evaluation rows are the trainer's before/after checks (``"event": "eval"``)."""
+    from mathrl.data.errors import DataError, RowError
+    from mathrl.data.readers import iter_jsonl
+
     rows: dict[tuple[str, int], dict] = {}
-    with path.open(encoding="utf-8") as f:
-        for ln, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise SystemExit(f"{path}:{ln}: not a JSON object ({e.msg})") from None
-            if not isinstance(row, dict) or not isinstance(row.get("step"), int):
-                raise SystemExit(f"{path}:{ln}: a metrics row needs an integer 'step'")
+    try:
+        for loc, row in iter_jsonl(path):
+            if isinstance(row, RowError):
+                raise SystemExit(f"{loc}: {row.reason}")
+            if not isinstance(row.get("step"), int):
+                raise SystemExit(f"{loc}: a metrics row needs an integer 'step'")
             rows[(str(row.get("event", "")), row["step"])] = row
+    except DataError as exc:
+        raise SystemExit(str(exc)) from None
     ordered = [rows[k] for k in sorted(rows, key=lambda k: k[1])]
     return [r for r in ordered if "event" not in r], [r for r in ordered if r.get("event") == "eval"]
 

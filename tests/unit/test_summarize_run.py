@@ -51,7 +51,7 @@ def test_errors_name_the_file_and_line(mod, tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "metrics.jsonl").write_text('{"step": 1}\n{"step": oops}\n', encoding="utf-8")
-    with pytest.raises(SystemExit, match=r"metrics.jsonl:2: not a JSON object"):
+    with pytest.raises(SystemExit, match=r"metrics.jsonl:2: invalid JSON"):
         mod.main([str(run)])
     (run / "metrics.jsonl").write_text('{"loss": 1}\n', encoding="utf-8")
     with pytest.raises(SystemExit, match=r"metrics.jsonl:1: a metrics row needs an integer 'step'"):
