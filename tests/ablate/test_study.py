@@ -80,8 +80,12 @@ def test_shipped_studies_load():
     assert c.model.name == "embedded" and c.data.source == "synthetic" and c.rollout.backend == "hf"
     gpu = load_study(ROOT / "configs/ablations/deepseekmath_gsm8k.yaml")
     names = [r.name for r in gpu.runs]
-    assert {"rft", "online_rft", "grpo", "ppo", "grpo-dr_grpo", "grpo-no_kl", "grpo-k1", "grpo-clip_higher",
-            "grpo-G4", "grpo-G16", "grpo-iterative"} <= set(names)
+    assert {"grpo-dr_grpo", "grpo-no_kl", "grpo-k1", "grpo-clip_higher", "grpo-G4", "grpo-G16",
+            "grpo-iterative"} <= set(names)
+    # every section-5.2 method gets the same learning-rate sweep (no method a larger rate by fiat)
+    for method in ("rft", "online_rft", "grpo", "ppo"):
+        rates = sorted(run_config(gpu, gpu.run(f"{method}-lr{r}")).train.lr for r in ("1e-06", "1e-05"))
+        assert rates == [1e-6, 1e-5], method
     assert run_config(gpu, gpu.run("grpo-G16")).rollout.n == 16
     assert run_config(gpu, gpu.run("grpo-clip_higher")).algo.clip_high == 0.28
 
@@ -191,7 +195,7 @@ def test_dump_study_round_trips_the_expanded_runs(tmp_path):
     assert [r.name for r in again.runs] == [r.name for r in s.runs] and again.curve_every == s.curve_every
     for a, b in zip(s.runs, again.runs):
         assert run_config(s, a).to_dict() == run_config(again, b).to_dict() and a.rft == b.rft
-    assert run_config(again, again.run("grpo")).train.steps == 2
+    assert run_config(again, again.run(s.runs[2].name)).train.steps == 2
 
 
 def test_config_differences_ignore_neutral_keys_and_fields_added_later():
