@@ -78,11 +78,16 @@ def test_offload_engine_is_deepspeed_cpu_adam_and_steps(stage, offload):
 
 
 def test_offload_runs_take_the_same_steps_and_resume_exactly(digit_model_dir, tmp_path):
-    base = tmp_path / "base"
-    assert run(_cfg(digit_model_dir, base, "deepspeed.zero_stage=2"), problems=digit_problems()) == 0
-    base_steps, base_w = _steps(base), _weights(base)
-    assert any(s["reward/mean"] for s in base_steps)
+    # each offload run against the run of its own ZeRO stage without offload: ZeRO-3 itself differs from
+    # ZeRO-2 by float32 rounding that Adam enlarges (tests/train/test_trainer.py, up to 4e-5 measured)
+    bases = {}
+    for stage in (2, 3):
+        base = tmp_path / f"base{stage}"
+        assert run(_cfg(digit_model_dir, base, f"deepspeed.zero_stage={stage}"), problems=digit_problems()) == 0
+        bases[stage] = _steps(base), _weights(base)
+        assert any(s["reward/mean"] for s in bases[stage][0])
     for stage, offload in ((2, "optimizer"), (3, "all")):
+        base_steps, base_w = bases[stage]
         out = tmp_path / f"z{stage}_{offload}"
         extra = (f"deepspeed.zero_stage={stage}", f"deepspeed.offload={offload}")
         assert run(_cfg(digit_model_dir, out, *extra), problems=digit_problems()) == 0

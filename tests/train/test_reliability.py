@@ -321,7 +321,7 @@ def _wait_gone(tag: str, timeout: float = 20.0) -> list[int]:
 
 def test_long_run_has_flat_memory_and_fds_and_leaves_no_processes(tiny_model_dir, tmp_path):
     """200 steps with the real verifier pool. After a 50-step warm-up the resident memory has no trend
-    (median of steps 150-200 within 16 MiB of steps 50-100) and no spike above 64 MiB; open file
+    (the lowest RSS of steps 150-200 within 16 MiB of that of steps 50-100) and no spike above 64 MiB; open file
     descriptors grow by at most 2 after step 20; the pool keeps its 2 workers; nothing is left after exit."""
     out = tmp_path / "long"
     proc = _spawn("verifier", tiny_model_dir, out, "train.steps=200", "train.save_every=50", "train.keep_last=1",
@@ -331,9 +331,11 @@ def test_long_run_has_flat_memory_and_fds_and_leaves_no_processes(tiny_model_dir
     steps = [m for m in read_metrics(out / "metrics.jsonl") if "event" not in m]
     assert len(steps) == 200
     rss, fds, kids = ([s[k] for s in steps] for k in ("sys/rss_mb", "sys/open_fds", "sys/children"))
-    base = statistics.median(rss[50:100])  # after the allocator's warm-up
-    assert statistics.median(rss[150:]) - base < 16, (base, statistics.median(rss[150:]))  # no trend
-    assert max(rss[50:]) - base < 64, (base, max(rss[50:]))                                # bounded spikes
+    # after the allocator's warm-up: RSS toggles between two levels ~36 MiB apart from step to step (the
+    # share of high steps differs between windows, so medians flip), while a leak raises the floor
+    base = min(rss[50:100])
+    assert min(rss[150:]) - base < 16, (base, min(rss[150:]))  # no trend: the floor stays
+    assert max(rss[50:]) - base < 64, (base, max(rss[50:]))    # bounded spikes
     assert max(fds[20:]) <= fds[19] + 2, (fds[19], max(fds[20:]))
     assert set(kids[20:]) == {2.0}  # the 2 verifier workers (started at the first slow grade) stay
     assert not _wait_gone("long"), "processes left behind after a normal exit"
