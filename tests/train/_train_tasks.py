@@ -40,7 +40,12 @@ def crash_copy(full, part, keep_step: int) -> None:
     import shutil
     from pathlib import Path
 
-    shutil.copytree(full, part)
+    def later_checkpoints(folder, names):  # not copied at all: real-model checkpoints are GBs each
+        if Path(folder).name != "checkpoints":
+            return []
+        return [n for n in names if n.startswith("step_") and int(n.split("_")[1]) > keep_step]
+
+    shutil.copytree(full, part, ignore=later_checkpoints)
     for ck in (Path(part) / "checkpoints").glob("step_*"):
         if int(ck.name.split("_")[1]) > keep_step:
             shutil.rmtree(ck)
