@@ -112,10 +112,10 @@ def main(argv: list[str] | None = None) -> int:
         py = args.python_version.replace(".", "")
         target = [*plat, "--python-version", args.python_version, "--implementation", "cp", "--abi", f"cp{py}",
                   "--abi", "abi3", "--abi", "none", "--only-binary=:all:"]
-        fast = ["--use-feature=fast-deps"]
-        res = pip("install", "--dry-run", "--ignore-installed", *fast, "--quiet", "--report", str(report), *target, *reqs)
+        dry_run = ["install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report), *target, *reqs]
+        res = pip(*dry_run, "--use-feature=fast-deps")
         if res.returncode != 0 and "fast-deps" in res.stderr and "invalid choice" in res.stderr:  # a pip without it
-            res = pip("install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report), *target, *reqs)
+            res = pip(*dry_run)
         if res.returncode != 0:
             lines = [ln for ln in res.stderr.splitlines() if "is ignored" not in ln and "fast-deps" not in ln]
             print("check_gpu_install: the GPU set does not resolve (pyproject.toml extra 'gpu'):\n"

@@ -41,14 +41,11 @@ def crash_copy(full, part, keep_step: int) -> None:
     from pathlib import Path
 
     def later_checkpoints(folder, names):  # not copied at all: real-model checkpoints are GBs each
-        if Path(folder).name != "checkpoints":
+        if Path(folder) != Path(full) / "checkpoints":
             return []
         return [n for n in names if n.startswith("step_") and int(n.split("_")[1]) > keep_step]
 
     shutil.copytree(full, part, ignore=later_checkpoints)
-    for ck in (Path(part) / "checkpoints").glob("step_*"):
-        if int(ck.name.split("_")[1]) > keep_step:
-            shutil.rmtree(ck)
     log = Path(part) / "metrics.jsonl"
     rows = [line for line in log.read_text().splitlines() if json.loads(line).get("step", 0) <= keep_step]
     log.write_text("".join(r + "\n" for r in rows))
