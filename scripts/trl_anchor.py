@@ -18,7 +18,9 @@ template, the same reward terms graded by mathrl's verifier, ``train.batch_size`
 ``rollout.n`` samples per optimizer step, the same sampling (temperature, top-p, ``rollout.max_tokens``)
 and the same objective settings (``algo.kl_coef`` as beta, the clip range, std-normalised group
 advantages, ``algo.loss_agg`` mapped to TRL's ``loss_type``), learning rate, schedule and clipping;
-``model.autocast=bfloat16`` becomes TRL's ``bf16=True``. TRL generates with transformers (its CPU path;
+``model.autocast=bfloat16`` becomes TRL's ``bf16=True``; ``algo.mask_truncated`` its
+``mask_truncated_completions``. Settings TRL has no counterpart for (``algo.dynamic_sampling``,
+``algo.pass_rate_filter``) are refused: override them off for both runs. TRL generates with transformers (its CPU path;
 it has no vLLM-CPU mode). Each checkpoint holds the model only (``save_only_model``).
 
 Wall-clock is the training loop's time, model loading excluded, on both sides: TRL's from the first
@@ -45,23 +47,32 @@ LOSS_TYPES = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-tok
 
 def trl_config_kwargs(cfg, out: Path, micro_rows: int) -> dict:
     """GRPOConfig keyword arguments for the task of mathrl config ``cfg`` (see the module docstring)."""
+    from mathrl.models.precision import resolve_autocast
+
     a, r, t = cfg.algo, cfg.rollout, cfg.train
     if a.name != "grpo":
         raise SystemExit(f"trl_anchor: algo.name={a.name!r}: only the GRPO recipes have a TRL counterpart here")
     if a.loss_agg not in LOSS_TYPES:
         raise SystemExit(f"trl_anchor: algo.loss_agg={a.loss_agg!r} has no TRL loss_type; allowed: "
                          f"{', '.join(LOSS_TYPES)}")
+    unmatched = [f"algo.{k}={v!r}" for k, v in (("dynamic_sampling", a.dynamic_sampling),
+                                                 ("pass_rate_filter", a.pass_rate_filter)) if v]
+    if unmatched:
+        raise SystemExit(f"trl_anchor: {', '.join(unmatched)} has no counterpart in TRL's GRPOTrainer, so the two "
+                         "runs would not sample the same work; give both runs algo.dynamic_sampling=false "
+                         "algo.pass_rate_filter=0 (allowed here: false / 0)")
     rows = t.batch_size * r.n
     accum = rows // micro_rows
     return dict(
-        output_dir=str(out), use_cpu=not _cuda(), use_vllm=False, bf16=cfg.model.autocast == "bfloat16", fp16=False,
+        output_dir=str(out), use_cpu=not _cuda(), use_vllm=False,
+        bf16=resolve_autocast(cfg.model.autocast) == "bfloat16", fp16=False,
         gradient_checkpointing=False, per_device_train_batch_size=micro_rows, gradient_accumulation_steps=accum,
         steps_per_generation=accum,            # one generation of all B x G rows per optimizer step
         num_generations=r.n, max_completion_length=r.max_tokens, temperature=r.temperature, top_p=r.top_p,
         top_k=r.top_k if r.top_k > 0 else 0,
         beta=a.kl_coef, num_iterations=1, epsilon=a.clip_low, epsilon_high=a.clip_high,
         loss_type=LOSS_TYPES[a.loss_agg], scale_rewards="group" if a.std_normalize else "none",
-        mask_truncated_completions=False, disable_dropout=True,
+        mask_truncated_completions=a.mask_truncated, disable_dropout=True,
         learning_rate=t.lr, lr_scheduler_type=t.lr_schedule, warmup_steps=t.warmup_steps,
         weight_decay=t.weight_decay, max_grad_norm=t.max_grad_norm or 1e9, max_steps=t.steps,
         seed=t.seed, data_seed=t.seed, shuffle_dataset=False,   # the rows are already in mathrl's order

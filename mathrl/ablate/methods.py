@@ -132,6 +132,7 @@ def run_sft_method(cfg: Config, *, online: bool, dedup: bool = True, max_per_pro
     """
     from mathrl.train import checkpoint as ckpt
     from mathrl.train.engines import device
+    from mathrl.train.metrics import process_stats
     from mathrl.data.splits import load_training_problems
     from mathrl.train.checkpoint import State, TrainingError, save_checkpoint
     from mathrl.train.models import build_models, make_rollout, sync_weights
@@ -187,6 +188,7 @@ def run_sft_method(cfg: Config, *, online: bool, dedup: bool = True, max_per_pro
                     stats[f"presampled/{k}"] = stats.pop(k)
                 stats["tokens"] = 0.0  # counted once, in the rft_sampling event
             stats["time/step"] = time.perf_counter() - t_step
+            stats.update(process_stats())  # sys/rss_mb etc., as the RL loop logs them (the report's RSS column)
             state.step += 1
             state.bad_steps = state.bad_steps + 1 if sft["bad_step"] else 0
             logger.log(state.step, stats)

@@ -76,14 +76,16 @@ class ModelConfig:
         "auto", "Parameter dtype. 'auto' = float32 on CPU (bf16 is ~5x slower on AVX2 CPUs) and bfloat16 on GPU. "
         "float16 is for evaluation only: training refuses it (the DeepSpeed configs have no loss scaling; use "
         "bfloat16).")
-    autocast: Literal["off", "bfloat16"] = option(
+    autocast: Literal["off", "bfloat16", "auto"] = option(
         "off", "Mixed precision on float32 parameters: 'bfloat16' runs the forward passes of the policy, the "
         "reference and the critic under torch.autocast (bf16 matmuls; weights, gradients, optimizer state "
         "and the loss stay float32), as accelerate does for bf16=True; sampling stays float32 (one-token "
         "decode steps are slower under autocast on CPU). 2.5-3.5x faster "
         "matmuls on CPUs with native bf16 (avx512_bf16, AMX; a run on a CPU without them is warned: there it "
         "is slower); logprobs then differ from float32 by about 1e-2. 'off' (default) keeps runs bit-exact "
-        "across CPUs. No effect when the parameters are already bf16 (model.dtype=auto on a GPU).")
+        "across CPUs. 'auto' = bfloat16 on a GPU or a CPU with native bf16, off elsewhere (the recipes that "
+        "should be fast on any laptop use it). No effect when the parameters are already bf16 "
+        "(model.dtype=auto on a GPU).")
     cache_dir: Optional[str] = option(None, "Where converted/cached models live; default $MATHRL_CACHE or ~/.cache/mathrl.")
     ref_model: Optional[str] = option(None, "Reference model for the KL term; default the initial policy. "
                                       "Not loaded at all when algo.kl_coef is 0.")

@@ -27,15 +27,28 @@ import torch
 ATTR = "_mathrl_autocast_dtype"
 DTYPES = {"bfloat16": torch.bfloat16}  # the config's choices (float16 would need loss scaling)
 
-__all__ = ["autocast_dtype", "enable_autocast", "native_bf16", "without_autocast"]
+__all__ = ["autocast_dtype", "enable_autocast", "native_bf16", "resolve_autocast", "without_autocast"]
+
+
+def resolve_autocast(name: str, *, cuda: bool | None = None, native: bool | None = None) -> str:
+    """``model.autocast`` with ``auto`` decided for this machine: ``bfloat16`` on a GPU or on a CPU with
+    native bf16 dot products, else ``off`` (on an AVX2-only CPU the bf16 update was measured several times
+    slower than float32: it ran on one of two threads). ``cuda`` / ``native`` override the probes (tests)."""
+    if name != "auto":
+        return name
+    cuda = torch.cuda.is_available() if cuda is None else cuda
+    native = native_bf16() if native is None else native
+    return "bfloat16" if cuda or native else "off"
 
 
 def autocast_dtype(name: str) -> torch.dtype | None:
-    """``model.autocast`` -> the compute dtype, or None for ``off``."""
+    """``model.autocast`` -> the compute dtype, or None for ``off`` (``auto`` as :func:`resolve_autocast`
+    decides it here)."""
+    name = resolve_autocast(name)
     if name == "off":
         return None
     if name not in DTYPES:
-        raise ValueError(f"model.autocast={name!r}: allowed values are off, " + ", ".join(DTYPES))
+        raise ValueError(f"model.autocast={name!r}: allowed values are off, auto, " + ", ".join(DTYPES))
     return DTYPES[name]
 
 

@@ -146,12 +146,17 @@ def build_models(cfg: Config, dist: DistInfo, total_steps: int) -> Models:
 
 def compute_dtype(cfg: Config, dtype: torch.dtype, dist: DistInfo) -> torch.dtype | None:
     """The autocast dtype of ``model.autocast`` for parameters of ``dtype`` (None: plain forwards)."""
-    from mathrl.models.precision import autocast_dtype, native_bf16
+    from mathrl.models.precision import autocast_dtype, native_bf16, resolve_autocast
 
-    amp = autocast_dtype(cfg.model.autocast)
-    if amp is None or dtype != torch.float32:
+    if dtype != torch.float32:
         return None  # bf16 parameters already run bf16 matmuls
-    if amp == torch.bfloat16 and not torch.cuda.is_available() and not native_bf16() and dist.rank == 0:
+    cuda, native = torch.cuda.is_available(), native_bf16()
+    name = resolve_autocast(cfg.model.autocast, cuda=cuda, native=native)
+    if cfg.model.autocast == "auto" and dist.rank == 0:
+        where = "GPU" if cuda else f"CPU {'with' if native else 'without'} native bf16"
+        print(f"mathrl: model.autocast=auto -> {name} ({where})", flush=True)
+    amp = autocast_dtype(name)
+    if amp == torch.bfloat16 and not cuda and not native and dist.rank == 0:
         print("mathrl: warning: model.autocast=bfloat16 on a CPU without native bf16 dot products (avx512_bf16 "
               "or AMX): bf16 matmuls are slower than float32 here; set model.autocast=off", flush=True)
     return amp

@@ -143,6 +143,7 @@ def test_command_line_overrides_reach_every_run_and_the_worker_commands(tmp_path
     assert (c.train.seed, c.algo.ref_update_every, c.train.lr, c.data.eval_source, c.data.eval_limit) == \
         (1, 5, 1e-5, "svamp", 500)
     assert {run_config(s, r).train.lr for r in s.runs} == {1e-5}  # one rate for every method
+    assert {run_config(s, r).model.autocast for r in s.runs} == {"off"}  # one precision, whatever the CPU
     assert [r.name for r in s.runs if run_config(s, r).algo.dynamic_sampling] == ["grpo-dynamic_sampling-seed0"]
     assert run_config(s, s.run("grpo-clip_higher-seed0")).algo.clip_high == 0.28
     assert ablate_main([str(path), "--print-commands", "--out", str(tmp_path / "o"), f"data.path={asdiv}"]) == 0

@@ -66,6 +66,8 @@ def test_tiny_grid_writes_report_and_resumes_only_the_stopped_runs(tmp_path, dig
     assert json.loads((out / "report.json").read_text())["runs"][1]["method"] == "grpo"
     rft_metrics = [json.loads(line) for line in (out / "online_rft" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in rft_metrics] == [1, 2] and all("sft/loss" in m and "rft/kept" in m for m in rft_metrics)
+    assert all(m["sys/rss_mb"] > 0 for m in rft_metrics)  # the report's RSS column for the RFT methods too
+    assert all(r["rss_gb_max"] > 0 for r in report["runs"])
 
     # a second invocation redoes nothing
     grpo_done = (out / "grpo" / DONE).stat().st_mtime_ns

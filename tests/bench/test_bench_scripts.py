@@ -243,6 +243,21 @@ def test_bench_verifier_keeps_its_pool_across_sets_like_math_verify_keeps_its_pr
         bench._POOL_SETTINGS.clear()
 
 
+def test_trl_anchor_precision_follows_model_autocast(tmp_path, monkeypatch):
+    """TRL runs bf16 exactly when the mathrl run would: model.autocast=auto decided by the same probe."""
+    from mathrl.config import load_config
+    from mathrl.models import precision
+
+    anchor = _load("trl_anchor")
+    monkeypatch.setattr(anchor, "_cuda", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for native in (False, True):
+        monkeypatch.setattr(precision, "native_bf16", lambda native=native: native)
+        for autocast, want in (("auto", native), ("off", False), ("bfloat16", True)):
+            cfg = load_config("configs/demo.yaml", [f"model.autocast={autocast}"])
+            assert anchor.trl_config_kwargs(cfg, tmp_path, micro_rows=2)["bf16"] is want, (native, autocast)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_trl_anchor_trains_the_recipes_task_and_plots_against_wall_clock(tmp_path, tokenizer):
@@ -264,6 +279,14 @@ def test_trl_anchor_trains_the_recipes_task_and_plots_against_wall_clock(tmp_pat
     assert (kw["num_generations"], kw["max_completion_length"], kw["beta"], kw["learning_rate"]) == (2, 6, 0.04, 1e-5)
     assert kw["per_device_train_batch_size"] * kw["gradient_accumulation_steps"] == 4 and kw["loss_type"] == "dapo"
     assert kw["temperature"] == cfg.rollout.temperature and kw["scale_rewards"] == "group" and not kw["bf16"]
+    assert kw["mask_truncated_completions"] is False
+    kw = anchor.trl_config_kwargs(load_config("configs/demo.yaml", sizes + ["algo.mask_truncated=true"]), tmp_path, 2)
+    assert kw["mask_truncated_completions"] is True
+    # settings without a TRL counterpart are refused, naming the key (the word-problem recipe samples dynamically)
+    with pytest.raises(SystemExit, match="algo.dynamic_sampling=True has no counterpart"):
+        anchor.trl_config_kwargs(load_config("configs/grpo_wordproblems_cpu.yaml", sizes), tmp_path, micro_rows=2)
+    with pytest.raises(SystemExit, match="algo.pass_rate_filter=2"):
+        anchor.trl_config_kwargs(load_config("configs/demo.yaml", sizes + ["algo.pass_rate_filter=2"]), tmp_path, 2)
     assert anchor.micro_rows_for(64, 300, 8192) == 16 and anchor.micro_rows_for(6, 10_000, 100) == 1
     run = tmp_path / "trl"
     proc = subprocess.run([sys.executable, str(SCRIPTS / "trl_anchor.py"), "train", "--config", "configs/demo.yaml",

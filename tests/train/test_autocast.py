@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from mathrl.algo.losses import policy_loss
-from mathrl.models.precision import ATTR, autocast_dtype, enable_autocast, without_autocast
+from mathrl.models.precision import ATTR, autocast_dtype, enable_autocast, resolve_autocast, without_autocast
 from mathrl.train.forward import policy_forward
 from mathrl.train.packing import make_packed_micro_batch
 
@@ -31,8 +31,29 @@ TEXT = ("Natalia sold 48/2 = 24 clips in May. Natalia sold 48 + 24 = 72 clips al
 
 def test_config_names():
     assert autocast_dtype("off") is None and autocast_dtype("bfloat16") == torch.bfloat16
-    with pytest.raises(ValueError, match="allowed values are off"):
+    with pytest.raises(ValueError, match="allowed values are off, auto"):
         autocast_dtype("bf17")
+
+
+def test_auto_is_bf16_only_where_it_is_fast(monkeypatch):
+    """``auto``: bf16 on a GPU or a CPU with native bf16, float32 on an AVX2-only CPU; explicit choices stand."""
+    assert resolve_autocast("auto", cuda=False, native=False) == "off"
+    assert resolve_autocast("auto", cuda=False, native=True) == "bfloat16"
+    assert resolve_autocast("auto", cuda=True, native=False) == "bfloat16"
+    assert resolve_autocast("bfloat16", cuda=False, native=False) == "bfloat16"
+    assert resolve_autocast("off", cuda=True, native=True) == "off"
+    # the trainer's path (compute_dtype) follows the probe of this machine
+    from mathrl.config import load_config
+    from mathrl.models import precision
+    from mathrl.train.models import compute_dtype
+    from mathrl.train.engines import DistInfo
+
+    cfg = load_config(None, ["model.autocast=auto"])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for native, want in ((False, None), (True, torch.bfloat16)):
+        monkeypatch.setattr(precision, "native_bf16", lambda native=native: native)
+        assert compute_dtype(cfg, torch.float32, DistInfo(0, 1, 0)) == want
+    assert compute_dtype(cfg, torch.bfloat16, DistInfo(0, 1, 0)) is None  # bf16 parameters need no autocast
 
 
 @pytest.fixture(scope="module")
