@@ -118,6 +118,30 @@ def load_pool(path) -> list[tuple[dict, dict]]:
     return pool
 
 
+def _presample(cfg: Config, dist, models, rollout, problems: list, opts: dict) -> list[tuple[dict, dict]]:
+    """Offline RFT's samples of the initial policy for every step, with a progress line per step on rank 0.
+
+    This phase takes as long as all the steps' sampling together (20 minutes for the CPU study) and the
+    training log has no step record yet, so without the line a user would watch a silent process.
+    """
+    from mathrl.progress import Progress
+
+    steps = cfg.train.steps
+    pool: list[tuple[dict, dict]] = []
+    t0 = time.perf_counter()
+    with Progress(steps, "rft: sampling the initial policy", unit="step",
+                  enabled=None if dist.rank == 0 else False) as bar:
+        for s in range(steps):
+            data, stats = sample_and_filter(cfg, dist, models, rollout, problems, s, **opts)
+            pool.append((data, stats))
+            bar.update(1)
+            if dist.rank == 0 and not bar.enabled:  # the bar shows the same on a terminal
+                print(f"rft: sampled the initial policy for step {s + 1}/{steps}: kept {stats['rft/kept']:.0f} "
+                      f"correct responses, accuracy {stats['reward/accuracy']:.3f} "
+                      f"({time.perf_counter() - t0:.0f} s{', rank 0' if dist.world_size > 1 else ''})", flush=True)
+    return pool
+
+
 def run_sft_method(cfg: Config, *, online: bool, dedup: bool = True, max_per_problem: int | None = None,
                    problems: list | None = None) -> int:
     """Offline (``online=False``) or online RFT into ``cfg.train.output_dir``; returns 0.
@@ -157,7 +181,7 @@ def run_sft_method(cfg: Config, *, online: bool, dedup: bool = True, max_per_pro
                                 f"model ({pool_file}) are missing; delete {out} to redo the run")
         elif not online:  # sample once, from the initial policy
             t0 = time.perf_counter()
-            pool = [sample_and_filter(cfg, dist, models, rollout, problems, s, **opts) for s in range(cfg.train.steps)]
+            pool = _presample(cfg, dist, models, rollout, problems, opts)
             n_kept = sum(st["rft/kept"] for _, st in pool)
             n_all = sum(st["tokens"] for _, st in pool)
             logger.log(0, {"rft/kept_total": n_kept, "tokens": n_all, "time/sampling": time.perf_counter() - t0,

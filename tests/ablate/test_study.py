@@ -103,7 +103,7 @@ def test_print_commands_lists_pending_runs_then_the_report(tmp_path, capsys):
         ablate_main([str(p), "--only", "sft"])
 
 
-def test_offline_rft_trains_on_samples_of_the_initial_model(tmp_path, digit_model_dir):
+def test_offline_rft_trains_on_samples_of_the_initial_model(tmp_path, digit_model_dir, capsys, monkeypatch):
     """Offline RFT samples every step's problems up front; its step-1 data equals online RFT's step 1."""
     from _ablate_tasks import digit_problems
 
@@ -111,7 +111,8 @@ def test_offline_rft_trains_on_samples_of_the_initial_model(tmp_path, digit_mode
     from mathrl.config import load_config
     from mathrl.train.metrics import read_metrics
 
-    recs = {}
+    monkeypatch.setenv("MATHRL_PROGRESS", "0")  # progress as log lines, as in a log file or CI
+    recs, printed = {}, {}
     for method in ("rft", "online_rft"):
         cfg = load_config(None, [f"model.name={digit_model_dir}", "rollout.backend=hf", "rollout.max_tokens=1",
                                  "rollout.n=4", "train.batch_size=4", "train.steps=3", "train.lr=1e-2",
@@ -122,9 +123,14 @@ def test_offline_rft_trains_on_samples_of_the_initial_model(tmp_path, digit_mode
                           task=__import__("mathrl.ablate", fromlist=["Task"]).Task(
                               train_problems=digit_problems(32), reward_terms={"first_digit": {}})) == 0
         recs[method] = read_metrics(tmp_path / method / "metrics.jsonl")
+        printed[method] = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("rft: sampled")]
         assert (tmp_path / method / "checkpoints" / "step_000003" / "policy" / "config.json").is_file()
     off = recs["rft"]
     assert off[0]["event"] == "rft_sampling" and off[0]["tokens"] == 3 * 4 * 4
+    # the up-front sampling reports each step as it goes (offline only: online RFT logs its steps)
+    want = [f"rft: sampled the initial policy for step {s}/3" for s in (1, 2, 3)]
+    assert [ln.split(":")[0] + ":" + ln.split(":")[1] for ln in printed["rft"]] == want
+    assert printed["online_rft"] == []
     steps_off = [r for r in off if "event" not in r]
     steps_on = [r for r in recs["online_rft"] if "event" not in r]
     assert [r["step"] for r in steps_off] == [1, 2, 3] and all(r["tokens"] == 0 for r in steps_off)
