@@ -121,7 +121,7 @@ def load_pool(path) -> list[tuple[dict, dict]]:
 def _presample(cfg: Config, dist, models, rollout, problems: list, opts: dict) -> list[tuple[dict, dict]]:
     """Offline RFT's samples of the initial policy for every step, with a progress line per step on rank 0.
 
-    This phase takes as long as all the steps' sampling together (20 minutes for the CPU study) and the
+    This phase takes as long as all the steps' sampling together (10-20 minutes for the CPU study) and the
     training log has no step record yet, so without the line a user would watch a silent process.
     """
     from mathrl.progress import Progress
@@ -130,12 +130,12 @@ def _presample(cfg: Config, dist, models, rollout, problems: list, opts: dict) -
     pool: list[tuple[dict, dict]] = []
     t0 = time.perf_counter()
     with Progress(steps, "rft: sampling the initial policy", unit="step",
-                  enabled=None if dist.rank == 0 else False) as bar:
+                  enabled=None if dist.is_main else False) as bar:
         for s in range(steps):
             data, stats = sample_and_filter(cfg, dist, models, rollout, problems, s, **opts)
             pool.append((data, stats))
             bar.update(1)
-            if dist.rank == 0 and not bar.enabled:  # the bar shows the same on a terminal
+            if dist.is_main and not bar.enabled:  # the bar shows the same on a terminal
                 print(f"rft: sampled the initial policy for step {s + 1}/{steps}: kept {stats['rft/kept']:.0f} "
                       f"correct responses, accuracy {stats['reward/accuracy']:.3f} "
                       f"({time.perf_counter() - t0:.0f} s{', rank 0' if dist.world_size > 1 else ''})", flush=True)
