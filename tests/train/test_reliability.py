@@ -320,36 +320,43 @@ def _wait_gone(tag: str, timeout: float = 20.0) -> list[int]:
 
 
 def _assert_no_rss_trend(rss: list[float]) -> None:
-    """No leak in the RSS of steps 50-200 (after the allocator's warm-up), judged on the floor (lowest RSS) of
-    three 50-step windows. Measured on two machines: RSS toggles between two levels ~36 MiB apart from step to
-    step (the share of high steps differs between windows, so medians flip), and the floor may rise once by
-    ~24 MiB and stay (seen in CI between steps 100 and 150, flat for steps 150-200). A leak raises the floor in
-    every window; a one-off rise in one. So: one of the two window-to-window rises is under 12 MiB (a steady
-    leak of 0.25 MiB/step fails it), the whole rise is under 48 MiB, and no step is more than 64 MiB above its
-    window's floor."""
+    """No leak in the RSS of steps 50-200 (after the allocator's warm-up), judged on the floor (lowest RSS) and the
+    peak (highest) of three 50-step windows. Measured: RSS jumps from step to step between a few levels (36 MiB
+    apart on one machine; six levels spanning 73 MiB, 537-610 MiB, on another, and 626-699 MiB in CI), with
+    the same levels in every window; the floor may rise once by ~24 MiB and stay (seen in CI between steps 100 and
+    150, flat for steps 150-200). A leak raises the floor (or the peak) in every window; a one-off rise in one.
+    So: one of the two window-to-window floor rises is under 12 MiB (a steady leak of 0.25 MiB/step fails it),
+    the whole floor rise and the whole peak rise are under 48 MiB (growing spikes fail it), and no step is more
+    than 128 MiB above its window's floor (one step that holds far more than the others)."""
     windows = [rss[50:100], rss[100:150], rss[150:200]]
     floors = [min(w) for w in windows]
+    peaks = [max(w) for w in windows]
     assert min(floors[1] - floors[0], floors[2] - floors[1]) < 12, floors  # no steady climb
     assert floors[2] - floors[0] < 48, floors                              # no large one-off growth
-    assert all(max(w) - f < 64 for w, f in zip(windows, floors)), [(max(w), f) for w, f in zip(windows, floors)]
+    assert peaks[2] - peaks[0] < 48, peaks                                 # spikes do not grow
+    assert all(p - f < 128 for p, f in zip(peaks, floors)), list(zip(peaks, floors))  # no outlier step
 
 
 def test_rss_trend_check_on_hand_made_series():
     """The check above on series shaped like the measured ones, and on leaks it must reject."""
     toggling = [600 + 36 * (i % 3 == 0) for i in range(200)]
     _assert_no_rss_trend(toggling)
-    _assert_no_rss_trend([630.0] * 120 + [654.3] * 80)  # the CI run that failed the old check
+    _assert_no_rss_trend([630.0] * 120 + [654.3] * 80)  # the CI run that failed the first check
+    levels = [537, 549, 573, 586, 598, 610]  # the levels of a measured run that failed the second check
+    _assert_no_rss_trend([float(levels[(7 * i) % 11 % 6]) for i in range(200)])
     for leak in ([600 + 0.25 * i for i in range(200)],            # steady, small
                  [600 + 0.5 * i + 36 * (i % 2) for i in range(200)],  # steady under toggling
                  [600.0] * 120 + [660.0] * 80,                     # one 60 MiB jump
-                 [600.0] * 150 + [600, 700] * 25):                 # spikes
+                 [600.0] * 150 + [600, 700] * 25,                  # spikes that appear late
+                 [600 + 0.6 * i * (i % 2) for i in range(200)],    # spikes that grow, flat floor
+                 [600.0] * 100 + [800.0] + [600.0] * 99):          # one step far above the rest
         with pytest.raises(AssertionError):
             _assert_no_rss_trend(leak)
 
 
 def test_long_run_has_flat_memory_and_fds_and_leaves_no_processes(tiny_model_dir, tmp_path):
     """200 steps with the real verifier pool. After a 50-step warm-up the resident memory has no trend
-    (`_assert_no_rss_trend`: the floors of steps 50-100, 100-150, 150-200) and no spike above 64 MiB; open file
+    (`_assert_no_rss_trend`: floors and peaks of steps 50-100, 100-150, 150-200); open file
     descriptors grow by at most 2 after step 20; the pool keeps its 2 workers; nothing is left after exit."""
     out = tmp_path / "long"
     proc = _spawn("verifier", tiny_model_dir, out, "train.steps=200", "train.save_every=50", "train.keep_last=1",
