@@ -145,7 +145,8 @@ def fit_micro_batches(cfg, dist, models, prompt_len: int, resumed: int | None = 
     """Before the first step: shrink ``train.micro_batch_tokens`` to what the free memory holds (a one-line
     warning names the setting and the numbers), or stop with a :class:`TrainingError` when not even one
     group fits. The budget is agreed over ranks (the least). ``resumed``: the budget the checkpoint's run
-    used, kept when it still fits (the same micro-batches, so the resumed run is the same run). Returns
+    used, kept when it still fits (the same micro-batches, so the resumed run is the same run; a note when the
+    configured budget differs), else a warning names both (a different split changes the float rounding). Returns
     ``sys/*`` metrics (free memory, the budget, the activation estimate at that budget) for every step's log.
 
     Free memory: the GPU's free memory on CUDA, else :func:`available_bytes` shared by the ranks on this
@@ -195,10 +196,15 @@ def fit_micro_batches(cfg, dist, models, prompt_len: int, resumed: int | None = 
             "model.gradient_checkpointing=true, or free memory")
     # the largest micro-batch this run can form: the budget, or a whole mini-batch of this rank when smaller
     prompts = max(1, (t.mini_batch_size or t.batch_size) // dist.world_size)
-    largest = min(t.micro_batch_tokens, prompts * (prompt_len + r.n * r.max_tokens) if rows > 1
-                  else prompts * r.n * (prompt_len + r.max_tokens))
-    if resumed is not None and resumed <= min(fit, t.micro_batch_tokens):
+    whole = prompts * (prompt_len + r.n * r.max_tokens) if rows > 1 else prompts * r.n * (prompt_len + r.max_tokens)
+    largest = min(t.micro_batch_tokens, whole)
+    configured = t.micro_batch_tokens
+    if resumed is not None and resumed <= min(fit, configured):
         t.micro_batch_tokens = resumed
+        if min(resumed, whole) < min(configured, whole) and dist.is_main:
+            print(f"mathrl: note: resume: keeping the checkpoint's train.micro_batch_tokens={resumed} instead of the "
+                  f"configured {configured} (the same micro-batches, so the resumed run continues the same run)",
+                  file=sys.stderr, flush=True)
     elif fit < largest:
         if dist.is_main:
             per = per_token_bytes(config, **sizes)
@@ -207,5 +213,12 @@ def fit_micro_batches(cfg, dist, models, prompt_len: int, resumed: int | None = 
                   f"{budget / gb:.1f} GiB are free for them ({what}); using train.micro_batch_tokens={fit} (same loss "
                   "and gradients, more micro-batches; set it yourself to silence this)", file=sys.stderr, flush=True)
         t.micro_batch_tokens = fit
+    # a budget at or above a whole mini-batch gives the same split as any other such budget
+    if resumed is not None and min(resumed, whole) != min(t.micro_batch_tokens, whole) and dist.is_main:
+        why = f"the free memory holds {fit}" if resumed > fit else f"the configured value is {configured}"
+        print(f"mathrl: warning: resume: micro-batches of train.micro_batch_tokens={t.micro_batch_tokens}, but the "
+              f"checkpoint's run used {resumed} ({why}): they split differently, so the resumed run's losses and "
+              "gradients equal an uninterrupted run's only up to float rounding; to continue it bit for bit, resume "
+              f"with train.micro_batch_tokens>={resumed} and that much memory free", file=sys.stderr, flush=True)
     return {"sys/memory_available_gb": avail / gb, "sys/micro_batch_tokens": float(t.micro_batch_tokens),
             "sys/activation_estimate_gb": t.micro_batch_tokens * per_token_bytes(config, **sizes) / gb}

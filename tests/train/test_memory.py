@@ -60,6 +60,39 @@ def test_available_memory_reads_the_address_space_limit():
         assert what != "RLIMIT_AS" and free > 0
 
 
+@pytest.mark.parametrize("resumed, fit, configured, used, says", [
+    (20, 100, 8192, 20, "keeping the checkpoint's train.micro_batch_tokens=20 instead of the configured 8192"),
+    (20, 10, 8192, 10, "train.micro_batch_tokens=10, but the checkpoint's run used 20 (the free memory holds 10)"),
+    (20, 100, 12, 12, "train.micro_batch_tokens=12, but the checkpoint's run used 20 (the configured value is 12)"),
+    (50, 30, 8192, 8192, None),  # both budgets hold a whole mini-batch (28 tokens): the same split, nothing said
+    (None, 10, 8192, 10, None),  # a fresh run: only the memory warning
+])
+def test_resume_keeps_the_checkpoints_budget_or_says_why_not(monkeypatch, capsys, resumed, fit, configured, used,
+                                                              says):
+    """A resumed run keeps the micro-batch budget its checkpoint was trained with when the free memory holds it
+    (the same micro-batches, so the same run) and says so when the configuration differs; when it cannot, a
+    warning names both budgets and why, since a different split changes the float rounding. Mini-batch here:
+    4 prompts of 3 tokens with 2 responses of 2 tokens, 28 tokens."""
+    import torch
+
+    from mathrl.config import load_config
+    from mathrl.train.engines import DistInfo
+
+    cfg = load_config(overrides=["rollout.n=2", "rollout.max_tokens=2", "train.batch_size=4",
+                                 f"train.micro_batch_tokens={configured}"])
+    policy = torch.nn.Linear(2, 2)
+    policy.config = TINY
+    models = SimpleNamespace(policy=SimpleNamespace(module=policy), critic=None)
+    monkeypatch.setattr(memory, "tokens_that_fit", lambda *a, **k: fit)
+    stats = memory.fit_micro_batches(cfg, DistInfo(0, 1, 0), models, prompt_len=3, resumed=resumed)
+    assert cfg.train.micro_batch_tokens == used and stats["sys/micro_batch_tokens"] == used
+    err = capsys.readouterr().err
+    assert ("resume:" in err) == (says is not None), err
+    if says:
+        assert says in err, err
+    assert ("would need about" in err) == (fit < min(configured, 28) and used == fit), err
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_the_real_model_under_a_memory_limit_adapts_and_without_the_fit_dies(embedded_model_path, tmp_path):
