@@ -197,11 +197,11 @@ def fit_micro_batches(cfg, dist, models, prompt_len: int, resumed: int | None = 
     # the largest micro-batch this run can form: the budget, or a whole mini-batch of this rank when smaller
     prompts = max(1, (t.mini_batch_size or t.batch_size) // dist.world_size)
     whole = prompts * (prompt_len + r.n * r.max_tokens) if rows > 1 else prompts * r.n * (prompt_len + r.max_tokens)
-    largest = min(t.micro_batch_tokens, whole)
     configured = t.micro_batch_tokens
+    largest = min(configured, whole)
     if resumed is not None and resumed <= min(fit, configured):
         t.micro_batch_tokens = resumed
-        if min(resumed, whole) < min(configured, whole) and dist.is_main:
+        if min(resumed, whole) < largest and dist.is_main:
             print(f"mathrl: note: resume: keeping the checkpoint's train.micro_batch_tokens={resumed} instead of the "
                   f"configured {configured} (the same micro-batches, so the resumed run continues the same run)",
                   file=sys.stderr, flush=True)

@@ -65,6 +65,8 @@ def test_available_memory_reads_the_address_space_limit():
     (20, 10, 8192, 10, "train.micro_batch_tokens=10, but the checkpoint's run used 20 (the free memory holds 10)"),
     (20, 100, 12, 12, "train.micro_batch_tokens=12, but the checkpoint's run used 20 (the configured value is 12)"),
     (50, 30, 8192, 8192, None),  # both budgets hold a whole mini-batch (28 tokens): the same split, nothing said
+    (50, 100, 8192, 50, None),   # kept, and it holds a whole mini-batch like the configured one: nothing said
+    (20, 100, 20, 20, None),     # kept, and the configuration asks for the same budget: nothing said
     (None, 10, 8192, 10, None),  # a fresh run: only the memory warning
 ])
 def test_resume_keeps_the_checkpoints_budget_or_says_why_not(monkeypatch, capsys, resumed, fit, configured, used,
