@@ -60,7 +60,7 @@ from mathrl.train.forward import agreed_plan, batch_logprobs, batch_values, plan
 from mathrl.train.metrics import process_stats
 from mathrl.train.memory import fit_micro_batches
 from mathrl.train.offpolicy import OffPolicySampler
-from mathrl.train.preflight import longest_prompt
+from mathrl.train.preflight import inert_settings, longest_prompt
 from mathrl.train.models import Models, build_models, iterative_reference, make_rollout, reset_reference, sync_weights
 from mathrl.train.report import evaluate, main_only, write_report
 from mathrl.train.sampling import sample_records, sample_step, sampling_seed
@@ -228,6 +228,9 @@ def run(cfg: Config, *, loss_sign: float = 1.0, problems=None) -> int:
             print("mathrl: warning: held-out evaluation is off with rollout.tensor_parallel_size > 1; evaluate the "
                   "saved checkpoints with `mathrl eval`", file=sys.stderr, flush=True)
         eval_problems = []
+    if dist.is_main:
+        for msg in inert_settings(cfg):
+            print(f"mathrl: warning: {msg}", file=sys.stderr, flush=True)
     models = build_models(cfg, dist, cfg.train.steps)
     state = State(pass_filter=PassRateFilter(window=cfg.algo.pass_rate_filter))
     resume_from, logger = resume_and_log(cfg, dist, out, models, state)

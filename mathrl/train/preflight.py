@@ -27,6 +27,10 @@ prints it and exits with status 2.
 
 Every rank runs the same checks (they read only), so all ranks fail alike instead
 of some waiting for the others at the process group's rendezvous.
+
+:func:`inert_settings` is the one check that warns instead of refusing: a setting that
+is valid but cannot act in this run (a clip bound when every batch makes exactly one
+on-policy update), which a config shared between on- and off-policy runs may carry.
 """
 
 from __future__ import annotations
@@ -277,3 +281,27 @@ def check_context(cfg: Config, tokenizer: Any, problems: Sequence, context: int,
         f"{cfg.data.template!r}) plus {max_tokens} new tokens is {longest + max_tokens}, more than the context of "
         f"model.name = {cfg.model.name!r} ({where}); fix: set {key}={allowed} or less, or use a model with a "
         "longer context")
+
+
+def inert_settings(cfg: Config) -> list[str]:
+    """Warnings for settings that are valid but have no effect in this run (the loop prints them).
+
+    The PPO clip acts only off-policy: with ``algo.ppo_epochs = 1`` and one mini-batch per step, the
+    old logprobs are the current ones (:func:`mathrl.train.loop.train_step` does not even compute
+    them), the ratio is exactly 1 on every token, and neither clip bound (nor a dual clip) is ever
+    reached. The defaults (0.2 / 0.2, no dual clip) are then harmless; a non-default bound -- DAPO's
+    clip-higher above all -- is a choice the user expects to matter, so it is reported.
+    """
+    a, t = cfg.algo, cfg.train
+    n_minibatches = t.batch_size // (t.mini_batch_size or t.batch_size)
+    if a.ppo_epochs > 1 or n_minibatches > 1:
+        return []
+    set_ = [f"algo.{k} = {v}" for k, v, default in (("clip_low", a.clip_low, 0.2), ("clip_high", a.clip_high, 0.2),
+                                                    ("dual_clip", a.dual_clip, None)) if v != default]
+    if not set_:
+        return []
+    return [f"{' and '.join(set_)} has no effect in this run: each batch makes exactly one optimizer update "
+            f"(algo.ppo_epochs = 1, train.mini_batch_size = {t.mini_batch_size} with train.batch_size = "
+            f"{t.batch_size}), so the importance ratio is exactly 1 on every token and no clip bound is reached; "
+            f"the clip acts only on off-policy updates: set train.mini_batch_size to a divisor of "
+            f"{t.batch_size} below it (several updates per step) or algo.ppo_epochs > 1"]

@@ -12,6 +12,7 @@ import yaml
 from mathrl.ablate.cli import main as ablate_main
 from mathrl.ablate.study import load_study, run_config
 from mathrl.config import ConfigError
+from mathrl.train.preflight import inert_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -80,14 +81,20 @@ def test_shipped_studies_load():
     assert c.model.name == "embedded" and c.data.source == "synthetic" and c.rollout.backend == "hf"
     gpu = load_study(ROOT / "configs/ablations/deepseekmath_gsm8k.yaml")
     names = [r.name for r in gpu.runs]
-    assert {"grpo-dr_grpo", "grpo-no_kl", "grpo-k1", "grpo-clip_higher", "grpo-G4", "grpo-G16",
+    assert {"grpo-dr_grpo", "grpo-no_kl", "grpo-k1", "grpo-mb16", "grpo-mb16-clip_higher", "grpo-G4", "grpo-G16",
             "grpo-iterative"} <= set(names)
     # every section-5.2 method gets the same learning-rate sweep (no method a larger rate by fiat)
     for method in ("rft", "online_rft", "grpo", "ppo"):
         rates = sorted(run_config(gpu, gpu.run(f"{method}-lr{r}")).train.lr for r in ("1e-06", "1e-05"))
         assert rates == [1e-6, 1e-5], method
     assert run_config(gpu, gpu.run("grpo-G16")).rollout.n == 16
-    assert run_config(gpu, gpu.run("grpo-clip_higher")).algo.clip_high == 0.28
+    higher = run_config(gpu, gpu.run("grpo-mb16-clip_higher"))
+    assert higher.algo.clip_high == 0.28 and higher.train.mini_batch_size == 16
+    assert run_config(gpu, gpu.run("grpo-mb16")).to_dict() == {
+        **higher.to_dict(), "algo": {**higher.to_dict()["algo"], "clip_high": 0.2},
+        "train": {**higher.to_dict()["train"], "output_dir": run_config(gpu, gpu.run("grpo-mb16")).train.output_dir}}
+    # no run of the GPU study carries a setting that cannot act (clip-higher with one update per batch)
+    assert [r.name for r in gpu.runs if inert_settings(run_config(gpu, r))] == []
 
 
 def test_print_commands_lists_pending_runs_then_the_report(tmp_path, capsys):

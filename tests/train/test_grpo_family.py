@@ -147,6 +147,30 @@ def test_mask_truncated_tis_and_sequence_losses_change_the_update(digit_model_di
     assert differ(w, base2) and m["policy/clipfrac"] > 0
 
 
+@pytest.mark.slow
+def test_clip_higher_acts_only_off_policy_and_says_so(digit_model_dir, tmp_path, capsys):
+    """DAPO's clip-higher with one update per batch trains bit for bit like the plain clip (the study's
+    clip-higher row repeated its GRPO row), and the run says so; over 2 PPO epochs, where ratios move past
+    1 + clip_high, a higher bound changes the weights (the negative control for the equality)."""
+    def one_step(name, *extra):
+        out = tmp_path / name
+        assert run(_digit_cfg(digit_model_dir, out, "train.steps=1", "rollout.max_tokens=2", *extra),
+                   problems=digit_problems(8)) == 0
+        return load_file(str(ckpt.list_checkpoints(out)[-1][1] / "policy" / "model.safetensors")), _steps(out)[-1]
+
+    base, _ = one_step("base")
+    assert "has no effect" not in capsys.readouterr().err
+    w, _ = one_step("higher", "algo.clip_high=0.28")
+    assert all(torch.equal(w[k], base[k]) for k in base)
+    err = capsys.readouterr().err
+    assert "warning: algo.clip_high = 0.28 has no effect in this run" in err
+    base2, m2 = one_step("base2", "algo.ppo_epochs=2")
+    w, m = one_step("higher2", "algo.ppo_epochs=2", "algo.clip_high=5.0")  # above every moved ratio
+    assert "has no effect" not in capsys.readouterr().err
+    assert m2["policy/clipfrac_high"] > 0 and m["policy/clipfrac_high"] == 0
+    assert any(not torch.equal(w[k], base2[k]) for k in base2)
+
+
 def test_option_conflicts_are_refused_with_the_fix():
     with pytest.raises(ConfigError, match="algo.dynamic_sampling = true .*'gae'"):
         load_config(None, ["algo.name=ppo", "algo.dynamic_sampling=true"])
