@@ -21,6 +21,7 @@ from mathrl.ablate.report import write_study_report
 from mathrl.ablate.study import load_study
 from mathrl.config import ConfigError
 from mathrl.eval.runner import EvalSettings, write_records
+from mathrl.train.preflight import inert_settings
 
 IDS = [f"svamp/test/{i}" for i in range(6)]
 
@@ -135,19 +136,22 @@ def test_command_line_overrides_reach_every_run_and_the_worker_commands(tmp_path
     s = load_study(path, out=tmp_path / "o", overrides=[f"data.path={asdiv}"])
     assert [r.group for r in s.runs][:10:2] == ["rft", "online_rft", "grpo", "ppo", "grpo-iterative"]
     # the GRPO-family rows: one seed each (the run's own `seeds`), compared with GRPO
-    assert [r.name for r in s.runs][10:] == ["grpo-dynamic_sampling-seed0", "grpo-clip_higher-seed0",
-                                             "grpo-dr_grpo-seed0"]
-    assert ("grpo", "grpo-dr_grpo") in [tuple(p) for p in s.compare]
-    assert len(s.runs) == 13 and {run_config(s, r).data.path for r in s.runs} == {asdiv}
+    assert [r.name for r in s.runs][10:] == ["grpo-dynamic_sampling-seed0", "grpo-mb2-seed0",
+                                             "grpo-mb2-clip_higher-seed0", "grpo-dr_grpo-seed0"]
+    assert {("grpo", "grpo-dr_grpo"), ("grpo-mb2", "grpo-mb2-clip_higher")} <= {tuple(p) for p in s.compare}
+    assert len(s.runs) == 14 and {run_config(s, r).data.path for r in s.runs} == {asdiv}
     c = run_config(s, s.run("grpo-iterative-seed1"))
     assert (c.train.seed, c.algo.ref_update_every, c.train.lr, c.data.eval_source, c.data.eval_limit) == \
         (1, 5, 1e-5, "svamp", 500)
     assert {run_config(s, r).train.lr for r in s.runs} == {1e-5}  # one rate for every method
     assert {run_config(s, r).model.autocast for r in s.runs} == {"off"}  # one precision, whatever the CPU
     assert [r.name for r in s.runs if run_config(s, r).algo.dynamic_sampling] == ["grpo-dynamic_sampling-seed0"]
-    assert run_config(s, s.run("grpo-clip_higher-seed0")).algo.clip_high == 0.28
+    # clip-higher against the same GRPO with 4 updates per step, where the clip can act (not on one update)
+    higher, mb2 = run_config(s, s.run("grpo-mb2-clip_higher-seed0")), run_config(s, s.run("grpo-mb2-seed0"))
+    assert (higher.algo.clip_high, higher.train.mini_batch_size, mb2.algo.clip_high) == (0.28, 2, 0.2)
+    assert [r.name for r in s.runs if inert_settings(run_config(s, r))] == []
     assert ablate_main([str(path), "--print-commands", "--out", str(tmp_path / "o"), f"data.path={asdiv}"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 14 and all(line.endswith(f"data.path={asdiv}") for line in lines)
+    assert len(lines) == 15 and all(line.endswith(f"data.path={asdiv}") for line in lines)
     with pytest.raises(ConfigError, match="override 'nonsense' \\(command line\\) must look like key.sub=value"):
         load_study(path, overrides=["nonsense"])
