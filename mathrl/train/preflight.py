@@ -296,12 +296,13 @@ def inert_settings(cfg: Config) -> list[str]:
     n_minibatches = t.batch_size // (t.mini_batch_size or t.batch_size)
     if a.ppo_epochs > 1 or n_minibatches > 1:
         return []
-    set_ = [f"algo.{k} = {v}" for k, v, default in (("clip_low", a.clip_low, 0.2), ("clip_high", a.clip_high, 0.2),
-                                                    ("dual_clip", a.dual_clip, None)) if v != default]
+    default = type(a)()
+    set_ = [f"algo.{k} = {getattr(a, k)}" for k in ("clip_low", "clip_high", "dual_clip")
+            if getattr(a, k) != getattr(default, k)]
     if not set_:
         return []
+    mb = "null (the whole batch)" if t.mini_batch_size is None else t.mini_batch_size
     return [f"{' and '.join(set_)} has no effect in this run: each batch makes exactly one optimizer update "
-            f"(algo.ppo_epochs = 1, train.mini_batch_size = {t.mini_batch_size} with train.batch_size = "
-            f"{t.batch_size}), so the importance ratio is exactly 1 on every token and no clip bound is reached; "
+            f"(algo.ppo_epochs = 1, train.mini_batch_size = {mb} with train.batch_size = {t.batch_size}), so the importance ratio is exactly 1 on every token and no clip bound is reached; "
             f"the clip acts only on off-policy updates: set train.mini_batch_size to a divisor of "
             f"{t.batch_size} below it (several updates per step) or algo.ppo_epochs > 1"]
