@@ -292,9 +292,10 @@ def inert_settings(cfg: Config) -> list[str]:
     reached. The defaults (0.2 / 0.2, no dual clip) are then harmless; a non-default bound -- DAPO's
     clip-higher above all -- is a choice the user expects to matter, so it is reported.
     """
+    from mathrl.train.models import optimizer_steps_per_rl_step  # the count the LR schedule is sized in
+
     a, t = cfg.algo, cfg.train
-    n_minibatches = t.batch_size // (t.mini_batch_size or t.batch_size)
-    if a.ppo_epochs > 1 or n_minibatches > 1:
+    if optimizer_steps_per_rl_step(cfg) > 1:
         return []
     default = type(a)()
     set_ = [f"algo.{k} = {getattr(a, k)}" for k in ("clip_low", "clip_high", "dual_clip")
@@ -303,6 +304,7 @@ def inert_settings(cfg: Config) -> list[str]:
         return []
     mb = "null (the whole batch)" if t.mini_batch_size is None else t.mini_batch_size
     return [f"{' and '.join(set_)} has no effect in this run: each batch makes exactly one optimizer update "
-            f"(algo.ppo_epochs = 1, train.mini_batch_size = {mb} with train.batch_size = {t.batch_size}), so the importance ratio is exactly 1 on every token and no clip bound is reached; "
+            f"(algo.ppo_epochs = 1, train.mini_batch_size = {mb} with train.batch_size = {t.batch_size}), so the "
+            "importance ratio is exactly 1 on every token and no clip bound is reached; "
             f"the clip acts only on off-policy updates: set train.mini_batch_size to a divisor of "
             f"{t.batch_size} below it (several updates per step) or algo.ppo_epochs > 1"]
