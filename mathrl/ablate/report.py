@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-__all__ = ["collect", "markdown_table", "write_study_report", "plot_accuracy_curves", "plot_maj_pass"]
+__all__ = ["collect", "markdown_table", "write_study_report", "plot_accuracy_curves", "plot_maj_pass", "plot_series"]
 
 
 def _pct(x) -> str:
@@ -49,6 +49,7 @@ def collect(study) -> dict:
             pending.append(r.name)
             continue
         rec = json.loads(done.read_text())
+        rec["group"] = r.group  # the seeds of one configuration share a group (plots average them)
         mpath = study.out / r.name / "metrics.jsonl"
         steps = [m for m in read_metrics(mpath) if "event" not in m] if mpath.is_file() else []
         rec["train_curve"] = [[m["step"], m["reward/accuracy"]] for m in steps if "reward/accuracy" in m]
@@ -108,41 +109,103 @@ def _notes(data: dict) -> list[str]:
     return notes
 
 
+def _mean_points(curves: list[list[tuple[int, float]]]) -> list[tuple[int, float]]:
+    """Per step, the mean over the curves that all have a value at that step (seeds of one group)."""
+    maps = [dict(c) for c in curves if c]
+    if not maps:
+        return []
+    steps = sorted(set.intersection(*(set(m) for m in maps)))
+    return [(s, sum(m[s] for m in maps) / len(maps)) for s in steps]
+
+
+def plot_series(data: dict) -> list[dict]:
+    """One series per group of runs (the seeds of one configuration, ``RunSpec.group``; a run without a
+    group is its own), in the order the groups first appear: ``label`` (the group and how many seeds are
+    averaged), ``color`` (distinct for up to 20 series), ``method``, ``train_curve`` and ``curve`` (per step,
+    the mean over the seeds that have that step) and ``after`` (per metric, the mean over the seeds: with
+    every seed evaluated on the same problems this is the pooled accuracy the comparisons use)."""
+    groups: dict[str, list[dict]] = {}
+    for r in data["runs"]:
+        groups.setdefault(r.get("group") or r["name"], []).append(r)
+    palette = "tab10" if len(groups) <= 10 else "tab20"
+    out = []
+    for i, (g, recs) in enumerate(groups.items()):
+        metrics = set.intersection(*(set(r["after"]) for r in recs))
+        held = [[(p["step"], p.get("greedy", p.get("pass@1"))) for p in r["curve"]
+                 if p.get("greedy", p.get("pass@1")) is not None] for r in recs]
+        out.append({"label": g if len(recs) == 1 else f"{g} (mean of {len(recs)} seeds)",
+                    "color": f"{palette}:{i % 20}" if palette == "tab20" else f"C{i}", "method": recs[0]["method"],
+                    "train_curve": _mean_points([[tuple(x) for x in r["train_curve"]] for r in recs]),
+                    "curve": _mean_points(held),
+                    "after": {m: sum(r["after"][m] for r in recs) / len(recs) for m in sorted(metrics)}})
+    return out
+
+
+def _color(spec: str):
+    """``C3`` or ``tab20:7`` as a colour matplotlib accepts."""
+    if ":" not in spec:
+        return spec
+    import matplotlib
+
+    name, i = spec.split(":")
+    return matplotlib.colormaps[name](int(i))
+
+
+def _fit_ylim(ax, values: list[float]) -> None:
+    """Y range fitted to the data (accuracies of a few percent are not drawn on a 0-100 axis)."""
+    if values:
+        lo, hi = min(values), max(values)
+        pad = max(0.5, 0.08 * (hi - lo))
+        ax.set_ylim(max(-1.0, lo - pad), min(101.0, hi + pad))
+
+
+def _legend_outside(fig, ax) -> None:
+    """One legend for the figure, right of the axes, so it covers no line."""
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7, frameon=False)
+
+
 def plot_accuracy_curves(data: dict, path: Path) -> Path:
+    """Training-sample accuracy (left) and held-out accuracy at the evaluated checkpoints (right), one line
+    per group of seeds (:func:`plot_series`)."""
     from mathrl.eval.report import pyplot
 
     plt = pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    for i, r in enumerate(data["runs"]):
-        color = f"C{i % 10}"
-        if r["train_curve"]:
-            xs, ys = zip(*r["train_curve"])
-            ax1.plot(xs, [100 * y for y in ys], color=color, ls="--" if r["method"] == "rft" else "-",
-                     marker="." if len(xs) < 40 else None, label=r["name"])
-        pts = [(p["step"], p.get("greedy", p.get("pass@1"))) for p in r["curve"]]
-        pts = [(s, v) for s, v in pts if v is not None]
-        if pts:
-            xs, ys = zip(*pts)
-            ax2.plot(xs, [100 * y for y in ys], color=color, marker="o", label=r["name"])
+    series = plot_series(data)
+    left: list[float] = []
+    right: list[float] = []
+    for s in series:
+        color = _color(s["color"])
+        if s["train_curve"]:
+            xs, ys = zip(*s["train_curve"])
+            left += [100 * y for y in ys]
+            ax1.plot(xs, [100 * y for y in ys], color=color, ls="--" if s["method"] == "rft" else "-",
+                     marker="." if len(xs) < 40 else None, label=s["label"])
+        if s["curve"]:
+            xs, ys = zip(*s["curve"])
+            right += [100 * y for y in ys]
+            ax2.plot(xs, [100 * y for y in ys], color=color, marker="o", label=s["label"])
     ax1.set_title("accuracy of the policy's samples on the training batch", fontsize=9)
     metric = _headline(data["runs"][0]["after"])[0] if data["runs"] else "greedy"
     ax2.set_title(f"held-out accuracy ({metric}) at evaluated checkpoints", fontsize=9)
-    for ax in (ax1, ax2):
+    for ax, values in ((ax1, left), (ax2, right)):
         ax.set_xlabel("training step")
         ax.set_ylabel("%")
-        ax.set_ylim(-2, 102)
+        _fit_ylim(ax, values)
         ax.grid(alpha=0.3)
-        if data["runs"]:
-            ax.legend(fontsize=7)
+    _legend_outside(fig, ax1)
     fig.suptitle(f"study {data['study']}", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=90, bbox_inches="tight")
     plt.close(fig)
     return path
 
 
 def plot_maj_pass(data: dict, path: Path) -> Path:
-    """Maj@K (left) and Pass@K (right) vs K: the initial model (black, dashed) and each run after training."""
+    """Maj@K (left) and Pass@K (right) vs K: the initial model (black, dashed) and each group of runs after
+    training (seeds averaged, :func:`plot_series`)."""
     from mathrl.eval.report import pyplot
 
     plt = pyplot()
@@ -150,6 +213,7 @@ def plot_maj_pass(data: dict, path: Path) -> Path:
     baselines: dict[str, dict] = {}
     for r in data["runs"]:
         baselines.setdefault(r["baseline"], r["before"])
+    series = plot_series(data)
     allk: set[int] = set()
     for ax, kind, title in ((axes[0], "maj", "Maj@K"), (axes[1], "pass", "Pass@K")):
         def curve(values: dict) -> tuple[list[int], list[float]]:
@@ -162,12 +226,12 @@ def plot_maj_pass(data: dict, path: Path) -> Path:
         for j, (key, before) in enumerate(baselines.items()):
             ks, vals = curve(before)
             allk.update(ks)
-            label = "before (initial model)" if len(baselines) == 1 else f"before ({key})"
+            label = "before (initial model)" if len(baselines) == 1 else f"before (eval settings {key})"
             ax.plot(ks, [100 * v for v in vals], "k--", marker="s", alpha=0.8 - 0.2 * j, label=label)
-        for i, r in enumerate(data["runs"]):
-            ks, vals = curve(r["after"])
+        for s in series:
+            ks, vals = curve(s["after"])
             allk.update(ks)
-            ax.plot(ks, [100 * v for v in vals], color=f"C{i % 10}", marker="o", label=f"{r['name']} (after)")
+            ax.plot(ks, [100 * v for v in vals], color=_color(s["color"]), marker="o", label=f"{s['label']}, after")
         ax.set_xscale("log", base=2)
         if allk:
             ax.set_xticks(sorted(allk))
@@ -176,10 +240,10 @@ def plot_maj_pass(data: dict, path: Path) -> Path:
         ax.set_ylabel("accuracy (%)")
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+    _legend_outside(fig, axes[0])
     fig.suptitle(f"study {data['study']}: Maj@K and Pass@K before and after training", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=90, bbox_inches="tight")
     plt.close(fig)
     return path
 
