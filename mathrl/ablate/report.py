@@ -121,34 +121,26 @@ def _mean_points(curves: list[list[tuple[int, float]]]) -> list[tuple[int, float
 def plot_series(data: dict) -> list[dict]:
     """One series per group of runs (the seeds of one configuration, ``RunSpec.group``; a run without a
     group is its own), in the order the groups first appear: ``label`` (the group and how many seeds are
-    averaged), ``color`` (distinct for up to 20 series), ``method``, ``train_curve`` and ``curve`` (per step,
+    averaged), ``color`` (RGBA, distinct for up to 20 series), ``method``, ``train_curve`` and ``curve`` (per step,
     the mean over the seeds that have that step) and ``after`` (per metric, the mean over the seeds: with
     every seed evaluated on the same problems this is the pooled accuracy the comparisons use)."""
     groups: dict[str, list[dict]] = {}
     for r in data["runs"]:
         groups.setdefault(r.get("group") or r["name"], []).append(r)
-    palette = "tab10" if len(groups) <= 10 else "tab20"
+    import matplotlib
+
+    palette = matplotlib.colormaps["tab10" if len(groups) <= 10 else "tab20"]
     out = []
     for i, (g, recs) in enumerate(groups.items()):
         metrics = set.intersection(*(set(r["after"]) for r in recs))
         held = [[(p["step"], p.get("greedy", p.get("pass@1"))) for p in r["curve"]
                  if p.get("greedy", p.get("pass@1")) is not None] for r in recs]
         out.append({"label": g if len(recs) == 1 else f"{g} (mean of {len(recs)} seeds)",
-                    "color": f"{palette}:{i % 20}" if palette == "tab20" else f"C{i}", "method": recs[0]["method"],
+                    "color": palette(i % palette.N), "method": recs[0]["method"],
                     "train_curve": _mean_points([[tuple(x) for x in r["train_curve"]] for r in recs]),
                     "curve": _mean_points(held),
                     "after": {m: sum(r["after"][m] for r in recs) / len(recs) for m in sorted(metrics)}})
     return out
-
-
-def _color(spec: str):
-    """``C3`` or ``tab20:7`` as a colour matplotlib accepts."""
-    if ":" not in spec:
-        return spec
-    import matplotlib
-
-    name, i = spec.split(":")
-    return matplotlib.colormaps[name](int(i))
 
 
 def _fit_ylim(ax, values: list[float]) -> None:
@@ -177,7 +169,7 @@ def plot_accuracy_curves(data: dict, path: Path) -> Path:
     left: list[float] = []
     right: list[float] = []
     for s in series:
-        color = _color(s["color"])
+        color = s["color"]
         if s["train_curve"]:
             xs, ys = zip(*s["train_curve"])
             left += [100 * y for y in ys]
@@ -231,7 +223,7 @@ def plot_maj_pass(data: dict, path: Path) -> Path:
         for s in series:
             ks, vals = curve(s["after"])
             allk.update(ks)
-            ax.plot(ks, [100 * v for v in vals], color=_color(s["color"]), marker="o", label=f"{s['label']}, after")
+            ax.plot(ks, [100 * v for v in vals], color=s["color"], marker="o", label=f"{s['label']}, after")
         ax.set_xscale("log", base=2)
         if allk:
             ax.set_xticks(sorted(allk))

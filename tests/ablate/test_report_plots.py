@@ -48,7 +48,9 @@ def test_a_run_without_a_group_is_its_own_series():
 
 @pytest.mark.parametrize("groups", [3, 10, 11, 16, 20])
 def test_every_series_has_its_own_colour_up_to_twenty(groups):
-    colours = [s["color"] for s in plot_series(_data(groups))]
+    from matplotlib.colors import to_hex
+
+    colours = [to_hex(s["color"]) for s in plot_series(_data(groups))]
     assert len(colours) == groups and len(set(colours)) == groups
 
 
