@@ -211,7 +211,9 @@ def fit_micro_batches(cfg, dist, models, prompt_len: int, resumed: int | None = 
             print(f"mathrl: warning: memory: micro-batches of up to {largest} tokens (train.micro_batch_tokens="
                   f"{t.micro_batch_tokens}) would need about {largest * per / gb:.1f} GiB of activations but "
                   f"{budget / gb:.1f} GiB are free for them ({what}); using train.micro_batch_tokens={fit} (same loss "
-                  "and gradients, more micro-batches; set it yourself to silence this)", file=sys.stderr, flush=True)
+                  "and gradients, more micro-batches; set train.micro_batch_tokens to at most this to silence the "
+                  "warning and keep the split fixed between runs, e.g. for an A/B pair: the free memory at start "
+                  "varies)", file=sys.stderr, flush=True)
         t.micro_batch_tokens = fit
     # a budget at or above a whole mini-batch gives the same split as any other such budget
     if resumed is not None and min(resumed, whole) != min(t.micro_batch_tokens, whole) and dist.is_main:
