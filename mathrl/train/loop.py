@@ -61,7 +61,8 @@ from mathrl.train.metrics import process_stats
 from mathrl.train.memory import fit_micro_batches
 from mathrl.train.offpolicy import OffPolicySampler
 from mathrl.train.preflight import inert_settings, longest_prompt
-from mathrl.train.models import Models, build_models, iterative_reference, make_rollout, reset_reference, sync_weights
+from mathrl.train.models import (Models, build_models, iterative_reference, make_rollout, optimizer_steps_per_rl_step,
+                                 reset_reference, sync_weights)
 from mathrl.train.report import evaluate, main_only, write_report
 from mathrl.train.sampling import sample_records, sample_step, sampling_seed
 from mathrl.train.update import (TrainBatch, group_share, sampling_temperature, step_metrics, update_critic,
@@ -120,11 +121,12 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
     temperature = sampling_temperature(r)  # logprobs of the distribution that was sampled
 
     # 4. no-grad forwards. The old logprobs equal the current ones (and are not computed) when the
-    #    batch is used for exactly one optimizer step and the KL is not in the reward.
+    #    batch is used for exactly one optimizer step and the KL is not in the reward (PPO's KL-in-reward
+    #    needs them before the update: the penalty enters the rewards that GAE turns into advantages).
     t0 = time.perf_counter()
     n_minibatches = t.batch_size // (t.mini_batch_size or t.batch_size)
     old_logp = None
-    if not (a.ppo_epochs == 1 and n_minibatches == 1 and cfg.kl_in != "reward"):
+    if not (optimizer_steps_per_rl_step(cfg) == 1 and cfg.kl_in != "reward"):
         was_training = models.policy.module.training
         models.policy.module.eval()  # no dropout in the behaviour policy's logprobs
         old_logp = batch_logprobs(models.policy.module, pids, pmask, rids, mask, temperature=temperature, **fwd)
