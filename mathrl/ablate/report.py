@@ -218,7 +218,7 @@ def plot_maj_pass(data: dict, path: Path) -> Path:
         for j, (key, before) in enumerate(baselines.items()):
             ks, vals = curve(before)
             allk.update(ks)
-            label = "before (initial model)" if len(baselines) == 1 else f"before (eval settings {key})"
+            label = "before (initial model)" if len(baselines) == 1 else f"before (baseline {key})"
             ax.plot(ks, [100 * v for v in vals], "k--", marker="s", alpha=0.8 - 0.2 * j, label=label)
         for s in series:
             ks, vals = curve(s["after"])
