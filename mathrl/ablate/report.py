@@ -109,8 +109,9 @@ def _notes(data: dict) -> list[str]:
     return notes
 
 
-def _mean_points(curves: list[list[tuple[int, float]]]) -> list[tuple[int, float]]:
-    """Per step, the mean over the curves that all have a value at that step (seeds of one group)."""
+def _mean_points(curves: list[list]) -> list[tuple[int, float]]:
+    """Per step, the mean over the curves (``[step, value]`` pairs) that all have a value at that step (seeds
+    of one group)."""
     maps = [dict(c) for c in curves if c]
     if not maps:
         return []
@@ -124,20 +125,20 @@ def plot_series(data: dict) -> list[dict]:
     averaged), ``color`` (RGBA, distinct for up to 20 series), ``method``, ``train_curve`` and ``curve`` (per step,
     the mean over the seeds that have that step) and ``after`` (per metric, the mean over the seeds: with
     every seed evaluated on the same problems this is the pooled accuracy the comparisons use)."""
+    import matplotlib
+
     groups: dict[str, list[dict]] = {}
     for r in data["runs"]:
         groups.setdefault(r.get("group") or r["name"], []).append(r)
-    import matplotlib
-
     palette = matplotlib.colormaps["tab10" if len(groups) <= 10 else "tab20"]
     out = []
     for i, (g, recs) in enumerate(groups.items()):
         metrics = set.intersection(*(set(r["after"]) for r in recs))
-        held = [[(p["step"], p.get("greedy", p.get("pass@1"))) for p in r["curve"]
-                 if p.get("greedy", p.get("pass@1")) is not None] for r in recs]
+        held = [[(s, v) for s, v in ((p["step"], _headline(p)[1]) for p in r["curve"]) if v is not None]
+                for r in recs]
         out.append({"label": g if len(recs) == 1 else f"{g} (mean of {len(recs)} seeds)",
                     "color": palette(i % palette.N), "method": recs[0]["method"],
-                    "train_curve": _mean_points([[tuple(x) for x in r["train_curve"]] for r in recs]),
+                    "train_curve": _mean_points([r["train_curve"] for r in recs]),
                     "curve": _mean_points(held),
                     "after": {m: sum(r["after"][m] for r in recs) / len(recs) for m in sorted(metrics)}})
     return out
@@ -169,16 +170,15 @@ def plot_accuracy_curves(data: dict, path: Path) -> Path:
     left: list[float] = []
     right: list[float] = []
     for s in series:
-        color = s["color"]
         if s["train_curve"]:
-            xs, ys = zip(*s["train_curve"])
-            left += [100 * y for y in ys]
-            ax1.plot(xs, [100 * y for y in ys], color=color, ls="--" if s["method"] == "rft" else "-",
+            xs, ys = zip(*((x, 100 * y) for x, y in s["train_curve"]))
+            left += ys
+            ax1.plot(xs, ys, color=s["color"], ls="--" if s["method"] == "rft" else "-",
                      marker="." if len(xs) < 40 else None, label=s["label"])
         if s["curve"]:
-            xs, ys = zip(*s["curve"])
-            right += [100 * y for y in ys]
-            ax2.plot(xs, [100 * y for y in ys], color=color, marker="o", label=s["label"])
+            xs, ys = zip(*((x, 100 * y) for x, y in s["curve"]))
+            right += ys
+            ax2.plot(xs, ys, color=s["color"], marker="o", label=s["label"])
     ax1.set_title("accuracy of the policy's samples on the training batch", fontsize=9)
     metric = _headline(data["runs"][0]["after"])[0] if data["runs"] else "greedy"
     ax2.set_title(f"held-out accuracy ({metric}) at evaluated checkpoints", fontsize=9)
