@@ -265,7 +265,10 @@ def grpo_update_bench(args, shape: Shape, device, dtype) -> dict:
     _sync(device)
     ref_s = time.perf_counter() - t0
     plan = plan_micro_batches(pmask, rmask, args.micro_batch_tokens, group_size=gs)
-    norms = global_normalizers([rmask[r] for r in plan])
+    # the counts all-reduced on the engine's device (NCCL refuses the CPU masks' tensors)
+    from mathrl.train.engines import global_sum
+
+    norms = global_normalizers([rmask[r] for r in plan], reduce=global_sum)
 
     def one_update() -> float:
         module.train()

@@ -237,7 +237,7 @@ def algo_check(device: str) -> dict:
         for k in ("k1", "k2", "k3"):
             out[f"kl/{k}"] = K.estimate(lp, rf, k)
         tok_adv = A.broadcast_to_tokens(out["adv/grpo"], m)
-        norms = L.global_normalizers(m)
+        norms = L.global_normalizers(m, reduce=None)
         for agg in L.LOSS_AGG_MODES:
             kw = {"norm_const": float(T)} if "norm" in agg and "token-sum" in agg else {}
             loss, _st = L.policy_loss(lp, ol, tok_adv, m, clip_high=0.28, dual_clip=3.0, agg=agg,

@@ -155,24 +155,39 @@ class Normalizers(NamedTuple):
     """Responses with at least one valid token in the whole step."""
 
 
+class _Required:
+    def __repr__(self) -> str:
+        return "<required>"
+
+
+_REQUIRED = _Required()
+
+
 def global_normalizers(
-    masks: Tensor | Sequence[Tensor], *, group: object | None = None,
-    reduce: Callable[[Tensor], Tensor] | None = None,
+    masks: Tensor | Sequence[Tensor], *,
+    reduce: Callable[[Tensor], Tensor] | None | _Required = _REQUIRED,
 ) -> Normalizers:
     """Count valid tokens and non-empty responses over all micro-batches of a step.
 
     ``masks`` are the ``[n_k, T_k]`` masks of this process's micro-batches (or one
-    mask). When ``torch.distributed`` is initialised the two counts are all-reduced
-    (sum) over ``group`` (default: the world), so every rank gets the same global
-    numbers. The reduction runs on the first mask's device (CPU tensors for gloo,
-    CUDA tensors for NCCL); ``reduce`` (a sum over ranks returning the summed tensor) replaces that
-    reduction: the trainer passes :func:`mathrl.train.engines.all_reduce`, which moves the counts to
-    the engine's device. Call it once per optimizer step, before the micro-batch
-    loop, and pass the result to every loss of the step::
+    mask). ``reduce`` is required: a sum over ranks returning the summed tensor, so every
+    rank gets the same global numbers (the trainer passes :func:`mathrl.train.engines.global_sum`,
+    which moves the counts to the engine's device, as NCCL needs), or ``None`` for this
+    process's counts only (one process). This module issues no collective itself (algo/ has
+    no ``torch.distributed``), so forgetting ``reduce`` is an error rather than a silent
+    per-rank count. Call it once per optimizer step, before the micro-batch loop, and pass
+    the result to every loss of the step::
 
-        n = global_normalizers([mb.mask for mb in micro_batches])
+        n = global_normalizers([mb.mask for mb in micro_batches], reduce=global_sum)
         loss, stats = policy_loss(..., agg="token-mean", norm_tokens=n.tokens, norm_seqs=n.seqs)
     """
+    if reduce is _REQUIRED:
+        raise TypeError(
+            "global_normalizers(masks, reduce=...): reduce is required: pass "
+            "reduce=mathrl.train.engines.global_sum when several processes train (it sums the counts over "
+            "ranks on the engine's device), or reduce=None for this process's counts only")
+    if reduce is not None and not callable(reduce):
+        raise TypeError(f"global_normalizers: reduce must be a callable (a sum over ranks) or None, got {reduce!r}")
     if isinstance(masks, Tensor):
         masks = [masks]
     masks = list(masks)
@@ -188,11 +203,6 @@ def global_normalizers(
         counts[1] += b.any(dim=-1).sum().to(device)
     if reduce is not None:
         counts = reduce(counts)
-    else:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            dist.all_reduce(counts, op=dist.ReduceOp.SUM, group=group)
     tokens, seqs = counts.tolist()
     return Normalizers(tokens=max(tokens, 1.0), seqs=max(seqs, 1.0))
 

@@ -82,7 +82,7 @@ def _grads_via_micro_batches(model, batch, budget, global_norm=True):
     pid, pm, rid, rm = batch
     model.zero_grad()
     plan = plan_micro_batches(pm, rm, budget)
-    norms = global_normalizers([rm[r] for r in plan])
+    norms = global_normalizers([rm[r] for r in plan], reduce=None)
     total = 0.0
     for rows in plan:
         mb = make_micro_batch(pid, pm, rid, rm, rows)

@@ -96,6 +96,7 @@ def gloo_worker(rank: int, world: int, port: int, out_path: str) -> None:
     import torch.distributed as dist
 
     from mathrl.algo.losses import global_normalizers
+    from mathrl.train.engines import global_sum
 
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
@@ -108,7 +109,7 @@ def gloo_worker(rank: int, world: int, port: int, out_path: str) -> None:
         micro = [m for m in micro if len(m)]
         result = {}
         for mode in MODES:
-            norms = global_normalizers([p["mask"][m] for m in micro])
+            norms = global_normalizers([p["mask"][m] for m in micro], reduce=global_sum)
             g = accumulated_grads(p, mode, micro, norms)
             dist.all_reduce(g, op=dist.ReduceOp.SUM)
             result[mode] = g

@@ -39,7 +39,7 @@ def test_micro_batches_match_full_batch(problem, mode, k):
     assert full.abs().max() > 1e-3  # a real gradient, not all zeros
     for seed in (0, 1):  # two different shuffles
         micro = _splits(k, seed)
-        norms = global_normalizers([problem["mask"][m] for m in micro])
+        norms = global_normalizers([problem["mask"][m] for m in micro], reduce=None)
         assert norms.tokens == problem["mask"].sum().item()
         assert norms.seqs == N
         acc = accumulated_grads(problem, mode, micro, norms)

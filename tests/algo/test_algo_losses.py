@@ -198,9 +198,64 @@ def test_agg_loss_by_hand_and_padding():
 def test_global_normalizers_single_process():
     masks = [t([[1, 1, 0], [0, 0, 0]]), t([[1, 0], [1, 1], [1, 1]])]
     # tokens: 2 + 5 = 7 ; non-empty sequences: 1 + 3 = 4
-    n = global_normalizers(masks)
+    n = global_normalizers(masks, reduce=None)
     assert (n.tokens, n.seqs) == (7.0, 4.0)
-    assert global_normalizers(masks[1].bool()) == (5.0, 3.0)
+    assert global_normalizers(masks[1].bool(), reduce=None) == (5.0, 3.0)
+    # `reduce` gets the [tokens, seqs] counts and its result is what comes back (3 ranks alike)
+    seen = []
+    n3 = global_normalizers(masks, reduce=lambda c: seen.append(c.clone()) or c * 3)
+    assert (n3.tokens, n3.seqs) == (21.0, 12.0) and seen[0].tolist() == [7.0, 4.0]
+
+
+@pytest.fixture
+def fake_nccl(monkeypatch):
+    """torch.distributed looking initialised, with an all_reduce that refuses CPU tensors as NCCL does."""
+    import torch.distributed as tdist
+
+    calls = []
+
+    def all_reduce(tensor, *args, **kwargs):
+        calls.append(tensor.device)
+        if tensor.device.type == "cpu":
+            raise RuntimeError("No backend type associated with device type cpu")
+
+    monkeypatch.setattr(tdist, "is_available", lambda: True)
+    monkeypatch.setattr(tdist, "is_initialized", lambda: True)
+    monkeypatch.setattr(tdist, "all_reduce", all_reduce)
+    return calls
+
+
+def test_global_normalizers_needs_reduce_and_issues_no_collective(fake_nccl):
+    """scripts/bench_gpu.py called global_normalizers(cpu_masks) under an NCCL process group and crashed in
+    algo/'s own all_reduce; now algo/ issues none, and a missing `reduce` is an error naming the fix."""
+    masks = [t([[1, 1, 0], [1, 0, 0]]), t([[1, 1, 1]])]
+    with pytest.raises(TypeError, match=r"reduce is required.*engines\.global_sum.*reduce=None"):
+        global_normalizers(masks)
+    assert global_normalizers(masks, reduce=None) == (6.0, 3.0)
+    with pytest.raises(TypeError, match="callable"):
+        global_normalizers(masks, reduce="sum")
+    assert fake_nccl == []
+
+
+def test_algo_does_not_use_torch_distributed():
+    """docs/architecture.md: algo/ has no torch.distributed (collectives go through mathrl.train.engines)."""
+    import ast
+    from pathlib import Path
+
+    import mathrl.algo
+
+    found = []
+    for path in sorted(Path(mathrl.algo.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Attribute) and node.attr == "distributed":
+                names = ["torch.distributed"]
+            found += [f"{path.name}:{node.lineno}" for n in names if n.startswith("torch.distributed")]
+    assert not found, f"torch.distributed used in mathrl/algo: {found}"
 
 
 # ----------------------------------------------------------------------------- logits reductions

@@ -23,7 +23,7 @@ import mathrl.train.update as tu  # noqa: E402
 from mathrl.algo.losses import POLICY_LOSSES  # noqa: E402
 from mathrl.algo.losses import global_normalizers  # noqa: E402
 from mathrl.config import load_config  # noqa: E402
-from mathrl.train.engines import init_distributed  # noqa: E402
+from mathrl.train.engines import global_sum, init_distributed  # noqa: E402
 from mathrl.train.forward import agreed_plan, plan_micro_batches  # noqa: E402
 
 G = 4
@@ -105,7 +105,7 @@ def main() -> None:
                     before = tm.full_state_dict(models.policy)  # a collective under ZeRO-3; None off rank 0
                     before = {k: v.clone() for k, v in before.items()} if dist.is_main else None
                     plan = plan_micro_batches(batch.prompt_mask, mask, budget, rows, group_size=tu.group_share(cfg))
-                    norms = global_normalizers([mask[r] for r in plan])
+                    norms = global_normalizers([mask[r] for r in plan], reduce=global_sum)
                     if mode == "per_micro":
                         POLICY_LOSSES["ppo"], tu.agg_loss = per_micro_mutation(len(plan), dist.world_size)
                     try:

@@ -29,7 +29,7 @@ from mathrl.data import load_problems, render_prompt  # noqa: E402
 from mathrl.reward import grade_batch  # noqa: E402
 from mathrl.reward.rewards import RewardContext, compute_rewards  # noqa: E402
 from mathrl.rollout import SamplingConfig, make_engine  # noqa: E402
-from mathrl.train.engines import init_distributed  # noqa: E402
+from mathrl.train.engines import global_sum, init_distributed  # noqa: E402
 from mathrl.train.forward import agreed_plan, plan_micro_batches  # noqa: E402
 
 G, B, MAX_TOKENS = 2, 4, 64
@@ -90,7 +90,7 @@ def main() -> None:
         for _epoch in range(cfg.algo.ppo_epochs):
             plan = plan_micro_batches(batch.prompt_mask, mask, budget, rows, group_size=gs)
             n_micro.append(len(plan))
-            norms = global_normalizers([mask[r] for r in plan])
+            norms = global_normalizers([mask[r] for r in plan], reduce=global_sum)
             tb = tu.TrainBatch(batch=batch, mask=mask, advantages=advantages, old_logp=old, ref_logp=ref,
                                norm_const=float(MAX_TOKENS))
             problem = tu.update_policy(cfg, dist, models, tb, agreed_plan(plan, gs), norms, {})
