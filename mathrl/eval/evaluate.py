@@ -42,15 +42,36 @@ def eval_dtype_name(cfg) -> str:
         return "float32"
 
 
-def make_eval_engine(cfg, model_spec: str):
-    """The rollout engine for evaluation (``rollout.backend``; the model path resolved first)."""
+_SAID: set[str] = set()  # console notes already shown by this process
+
+
+def make_eval_engine(cfg, model_spec: str, *, log=_log):
+    """The rollout engine for evaluation (``rollout.backend``; the model path resolved first).
+
+    The hf backend runs on the trainer's device (:func:`mathrl.train.engines.device`: this rank's GPU
+    when CUDA is available, else the CPU). ``backend: auto`` without a usable vLLM says once, on the
+    console, that it fell back to hf and how to install vLLM or choose the backend."""
     from mathrl.models import resolve_model_path
-    from mathrl.rollout import make_engine
+    from mathrl.rollout import make_engine, resolve_backend
 
     path = resolve_model_path(model_spec, cfg.model.cache_dir)
     try:
-        return make_engine(cfg.rollout.backend, path, vllm_python=cfg.rollout.vllm_python, dtype=eval_dtype_name(cfg),
-                           seed=cfg.train.seed)
+        backend, why = resolve_backend(cfg.rollout.backend, cfg.rollout.vllm_python)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    kwargs = {}
+    if backend == "hf":
+        from mathrl.train.engines import device
+
+        kwargs["device"] = device()
+        if cfg.rollout.backend == "auto" and "auto-hf" not in _SAID:
+            _SAID.add("auto-hf")
+            log(f"rollout.backend=auto: evaluating with the hf (transformers) engine on {kwargs['device']}, "
+                f"since {why}; vLLM is much faster: install it (on a GPU `pip install -e '.[gpu]'`, on a CPU "
+                "`make vllm-env` or rollout.vllm_python=PATH), or set rollout.backend=hf to choose hf")
+    try:
+        return make_engine(backend, path, vllm_python=cfg.rollout.vllm_python, dtype=eval_dtype_name(cfg),
+                           seed=cfg.train.seed, **kwargs)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 
@@ -90,7 +111,7 @@ def evaluate_model(cfg, sets, out_dir: Path, *, model_spec: str, command: str, t
     sets = [(name, problems) for name, problems in sets if name not in finished]
     if own:
         log(f"loading {model_spec} (backend {cfg.rollout.backend}) ...")
-        engine = make_eval_engine(cfg, model_spec)
+        engine = make_eval_engine(cfg, model_spec, log=log)
     backend = type(engine).__name__
     summary = {"model": model_spec, "command": command, "backend": backend, "settings": settings.to_dict(),
                "benchmarks": dict(finished), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **(extra or {})}

@@ -1,0 +1,65 @@
+"""The engine `mathrl eval` builds (issue 37, point 3): the hf backend runs on the trainer's device
+(`mathrl.train.engines.device`), not on the CPU of a GPU machine, and `backend: auto` says once when it
+falls back to hf because vLLM is missing."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import mathrl.eval.evaluate as ev
+import mathrl.train.engines as engines
+from mathrl.config import load_config
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory, embedded_model_path):
+    from mathrl.models import load_tokenizer
+    from mathrl.testing.tiny import save_tiny_model
+
+    d = tmp_path_factory.mktemp("tiny") / "model"
+    save_tiny_model(d, load_tokenizer(str(embedded_model_path)), seed=0)
+    return d
+
+
+def _cfg(*extra):
+    return load_config(None, ["rollout.backend=hf", *extra])
+
+
+def test_hf_engine_is_on_the_trainer_device(tiny_dir):
+    engine = ev.make_eval_engine(_cfg(), str(tiny_dir), log=lambda m: None)
+    try:
+        assert engine.device == engines.device()
+    finally:
+        engine.close()
+
+
+def test_hf_engine_follows_device(tiny_dir, monkeypatch):
+    """A GPU stand-in without CUDA: device() answering the meta device (the model moves there like to a
+    GPU); the engine's weights must land on it, as they must land on cuda:N on a GPU machine."""
+    monkeypatch.setattr(engines, "device", lambda: torch.device("meta"))
+    engine = ev.make_eval_engine(_cfg(), str(tiny_dir), log=lambda m: None)
+    try:
+        assert engine.device == torch.device("meta")
+        assert {p.device.type for p in engine.model.parameters()} == {"meta"}
+    finally:
+        engine.close()
+
+
+def test_auto_without_vllm_says_so_once(tiny_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(ev, "_SAID", set())
+    said: list[str] = []
+    cfg = _cfg("rollout.backend=auto", f"rollout.vllm_python={tmp_path / 'no-venv' / 'bin' / 'python'}")
+    for _ in range(2):  # a checkpoint series builds one engine per checkpoint
+        engine = ev.make_eval_engine(cfg, str(tiny_dir), log=said.append)
+        assert type(engine).__name__ == "HFRolloutEngine" and engine.device == engines.device()
+        engine.close()
+    assert len(said) == 1, said
+    note = said[0]
+    assert "rollout.backend=auto" in note and "hf" in note and "does not exist" in note  # the reason
+    assert "pip install -e '.[gpu]'" in note and "rollout.backend=hf" in note           # the fixes
+    # choosing hf explicitly says nothing
+    monkeypatch.setattr(ev, "_SAID", set())
+    ev.make_eval_engine(_cfg(), str(tiny_dir), log=said.append).close()
+    assert len(said) == 1
+
