@@ -58,12 +58,57 @@ def ds_config(stage: int, offload: str, *, micro_batch: int, world_size: int, gr
         bf16["enabled"] = dtype == torch.bfloat16
     if "fp16" in cfg and cfg["fp16"].get("enabled") == "auto":
         cfg["fp16"]["enabled"] = dtype == torch.float16
+    fill_grad_accum_dtype(cfg, path if config_path else None)
     if not torch.cuda.is_available():
         zo = cfg.get("zero_optimization", {})
         for key in ("offload_optimizer", "offload_param"):
             if key in zo:
                 zo[key]["pin_memory"] = False  # no pinned memory without CUDA
     return cfg
+
+
+_FP32_NAMES = ("fp32", "float32", "float", "torch.float32")
+_BF16_NAMES = ("bf16", "bfloat16", "torch.bfloat16")
+
+
+def fill_grad_accum_dtype(cfg: dict[str, Any], path: str | os.PathLike | None = None) -> None:
+    """Fill ``data_types.grad_accum_dtype``: the dtype the micro-batch gradients of one step are summed in.
+
+    DeepSpeed's default is the model's dtype, so a bf16 run summed its token-budgeted micro-batches in
+    bf16: a micro-batch gradient below half a bf16 ulp of the running sum (2^-9 of it) was lost. ``"auto"``
+    (the ``ds_configs`` files) or an absent key becomes ``"fp32"`` for bf16 under ZeRO 1-3, where
+    DeepSpeed 0.19 honours it: ZeRO-1 switches to its ``BF16_Optimizer`` (fp32 gradient buffer, full size
+    on every rank: 4 bytes a parameter), ZeRO-2/3 keep fp32 gradient partitions. The summed gradient is
+    still cast to bf16 once for the reduction over ranks (``communication_data_type``, default the model
+    dtype). Under ZeRO-0 DeepSpeed refuses bf16 weights with fp32 accumulation ("unsupported mix"), so
+    ``"auto"`` leaves bf16 there and an explicit fp32 is an error. Without bf16 the key is dropped
+    (the model dtype, fp32). A value a user's JSON sets (``"bf16"`` to save the memory) is kept.
+
+    Raises:
+        ConfigError: fp32 accumulation asked for with bf16 under ZeRO stage 0.
+    """
+    dt = cfg.get("data_types")
+    if dt is None:
+        dt = {}
+    bf16 = (cfg.get("bf16") or {}).get("enabled") is True
+    stage = int((cfg.get("zero_optimization") or {}).get("stage", 0) or 0)
+    want = dt.get("grad_accum_dtype", "auto")
+    if want == "auto":
+        if bf16 and stage >= 1:
+            dt["grad_accum_dtype"] = "fp32"
+        else:
+            dt.pop("grad_accum_dtype", None)
+    elif bf16 and stage == 0 and str(want).lower() in _FP32_NAMES:
+        from mathrl.config import ConfigError
+
+        where = f"{path}: " if path else ""
+        raise ConfigError(f"{where}data_types.grad_accum_dtype = {want!r} with bf16 and zero_optimization.stage 0: "
+                          "DeepSpeed 0.19 accumulates bf16 gradients in fp32 only under ZeRO 1-3 (stage 0 stops with "
+                          "'unsupported mix'); set deepspeed.zero_stage >= 1, or grad_accum_dtype \"auto\" or \"bf16\"")
+    if dt:
+        cfg["data_types"] = dt
+    else:
+        cfg.pop("data_types", None)
 
 
 _DS_BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
