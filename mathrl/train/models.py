@@ -215,7 +215,8 @@ def make_rollout(cfg: Config, models: Models):
         r = cfg.rollout
         kwargs.update(vllm_python=r.vllm_python, gpu_memory_utilization=r.gpu_memory_utilization,
                       cpu_kv_cache_gb=r.kv_cache_gb, tensor_parallel_size=r.tensor_parallel_size,
-                      max_model_len=r.max_model_len, enable_sleep_mode=r.enable_sleep_mode,
+                      max_model_len=r.max_model_len, max_num_batched_tokens=r.max_num_batched_tokens,
+                      enable_sleep_mode=r.enable_sleep_mode,
                       enforce_eager=r.enforce_eager, sleep_between_steps=r.sleep_between_steps,
                       sleep_level=r.sleep_level, dist=dist_from_env())
     if cfg.rollout.dtype != "auto":
