@@ -86,6 +86,19 @@ def test_max_model_len_defaults_to_what_the_run_needs():
         context_for(1000, needs, 32768)
 
 
+def test_config_refuses_a_max_model_len_without_room_for_the_prompt():
+    from mathrl.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=r"rollout.max_model_len = 256 leaves no room for a prompt before "
+                                          r"rollout.max_tokens = 256 new tokens"):
+        load_config(None, ["rollout.max_model_len=256", "rollout.max_tokens=256"])
+    with pytest.raises(ConfigError, match=r"eval.max_tokens = 1024"):
+        load_config(None, ["rollout.max_model_len=1000", "eval.max_tokens=1024"])
+    assert load_config(None, ["rollout.max_model_len=1024"]).rollout.max_model_len == 1024
+    cfg = load_config(None, [])
+    assert cfg.rollout.max_model_len is None and cfg.rollout.max_num_batched_tokens == 4096
+
+
 def test_llm_kwargs_refuse_bad_layouts():
     with pytest.raises(ValueError, match="must divide the world size"):
         build_llm_kwargs("m", tensor_parallel_size=2, world_size=3, rank=0, on_cpu=False)
