@@ -13,8 +13,12 @@ Per training step::
 
 Level 2 is the default (TRL's choice): level 1 copies the whole model to CPU memory at every sleep and back
 at every wake, only for the sync to overwrite it. After a level-2 sleep the weights are garbage until a sync
-has pushed them (`weights_loaded`, called by the engine after a completed ``update_weights``); a generation
-before that is refused (`SleepSchedule.wake_all` raises) instead of sampling from garbage. The engine checks
+has pushed them (`weights_loaded`, called by the engine after a completed ``update_weights``). A generation
+before that (the next round of dynamic sampling, offline RFT's presampling: generations with no update in
+between) first pushes the trainer's weights again through the engine's ``reload`` (`reload_weights_with`,
+set by `mathrl.train.models.make_rollout`: the same sync, so under ZeRO-3 a collective that every rank reaches
+at the same generation); without one it is refused (`SleepSchedule.wake_all` raises) instead of sampling from
+garbage. The engine checks
 the sync covered every parameter (`mathrl.rollout.vllm_core.VLLMCore.load_weights`). Before every wake the
 trainer's cached-but-free CUDA blocks are returned to the driver (``torch.cuda.empty_cache()``, as TRL does:
 vLLM's wake allocates outside PyTorch's caching allocator and can otherwise run out of memory that is free
@@ -34,6 +38,7 @@ has no sleep mode) gets no call at all: the functions below return ``{}`` and do
 from __future__ import annotations
 
 import time
+from typing import Any, Callable
 
 import torch
 
@@ -52,6 +57,7 @@ class SleepSchedule:
         self.level = level
         self.state = AWAKE
         self.weights_dropped = False
+        self.reload: Callable[[], Any] | None = None  # pushes the trainer's weights (a full sync)
 
     def _wake(self, tags: list[str] | None) -> float:
         t0 = time.perf_counter()
@@ -84,7 +90,7 @@ class SleepSchedule:
     def wake_all(self) -> dict[str, float]:
         if self.state == AWAKE:
             return {}
-        if self.weights_dropped:
+        if self.weights_dropped and self.reload is None:
             raise RuntimeError(
                 "rollout.sleep_level=2: the vLLM engine dropped its weights when it went to sleep and no weight sync "
                 "has loaded them since, so it would generate from garbage; push the weights first (sync_weights), or "
@@ -93,6 +99,12 @@ class SleepSchedule:
             out = self.wake_weights()
         else:
             out = {}
+        if self.weights_dropped:  # level 2 with no sync since the sleep: push the weights again
+            t0 = time.perf_counter()
+            self.reload()
+            if self.weights_dropped:
+                raise RuntimeError("rollout.sleep_level=2: the weight reload after a level-2 sleep did not complete")
+            out["wake_resync"] = time.perf_counter() - t0
         out["wake_kv_cache"] = self._wake(["kv_cache"])
         self.state = AWAKE
         return out
@@ -130,6 +142,14 @@ def fall_asleep(rollout) -> dict[str, float]:
     """Put the engine to sleep outside the step (before the run fits its micro-batch budget, so that the fit
     sees the memory the sleeping engine leaves free): ``{"sleep": seconds}``; ``{}`` without a schedule."""
     return after_generate(rollout)
+
+
+def reload_weights_with(rollout, reload: Callable[[], Any]) -> None:
+    """How the engine gets the trainer's weights back when it must generate after a level-2 sleep with no sync
+    since (``reload()``: a full sync into ``rollout``); nothing without a schedule."""
+    s = schedule_of(rollout)
+    if s is not None:
+        s.reload = reload
 
 
 def weights_loaded(rollout) -> None:

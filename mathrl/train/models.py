@@ -224,7 +224,12 @@ def make_rollout(cfg: Config, models: Models):
     else:
         dtype = "float32" if resolve_dtype(cfg.model.dtype) == torch.float32 else "bfloat16"
     seed = cfg.train.seed if cfg.rollout.seed is None else cfg.rollout.seed
-    return make_engine(backend, models.model_path, tokenizer=models.tokenizer, seed=seed, dtype=dtype, **kwargs)
+    engine = make_engine(backend, models.model_path, tokenizer=models.tokenizer, seed=seed, dtype=dtype, **kwargs)
+    # rollout.sleep_level=2: a generation after a sleep with no sync since gets the trainer's weights pushed again
+    from mathrl.rollout.colocate import reload_weights_with
+
+    reload_weights_with(engine, lambda: sync_weights(engine, models.policy))
+    return engine
 
 
 def sync_weights(rollout, engine) -> int:

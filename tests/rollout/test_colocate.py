@@ -97,6 +97,36 @@ def test_every_wake_empties_the_cuda_cache_first(monkeypatch):
                        "sleep(1)", "empty_cache", "wake_up(weights)", "empty_cache", "wake_up(kv_cache)"]
 
 
+def test_make_rollout_reloads_the_weights_for_a_generation_after_a_level2_sleep(monkeypatch):
+    """Generations with no update in between (dynamic sampling's rounds, offline RFT's presampling): after a
+    level-2 sleep the engine wakes its weights, gets the trainer's weights pushed again (make_rollout's
+    reload: the same sync), then wakes its KV cache; a sync in the step needs no reload."""
+    import torch
+
+    import mathrl.rollout as rollout_pkg
+    from mathrl.config import load_config
+    from mathrl.train.models import make_rollout
+
+    monkeypatch.setattr(rollout_pkg, "resolve_backend", lambda backend, py=None: ("vllm", "test"))
+    monkeypatch.setattr(rollout_pkg, "make_engine", lambda backend, path, **kw: FakeSleeper(level=kw["sleep_level"]))
+    policy = torch.nn.Linear(3, 2)  # two tensors to push
+    models = SimpleNamespace(model_path="m", tokenizer=None, policy=SimpleNamespace(module=policy))
+    e = make_rollout(load_config(None, ["rollout.sleep_between_steps=true"]), models)
+    assert e.sleep_schedule.level == 2
+    e.pushed = []
+    e.inner = SimpleNamespace(update_weights=lambda named: e.pushed.append(dict(named)) or 2)
+    colocate.after_generate(e)
+    t = colocate.before_generate(e)  # the next round: no sync since the sleep
+    assert set(t) == {"wake", "wake_weights", "wake_resync", "wake_kv_cache"}
+    assert e.calls == ["sleep(2)", "wake_up(weights)", "update_weights", "wake_up(kv_cache)"]
+    assert torch.equal(e.pushed[0]["weight"], policy.weight) and torch.equal(e.pushed[0]["bias"], policy.bias)
+    colocate.after_generate(e)  # the step's own order: wake the weights, sync, then generate: one push
+    colocate.before_sync(e)
+    e.update_weights([])
+    colocate.before_generate(e)
+    assert e.calls[4:] == ["sleep(2)", "wake_up(weights)", "update_weights", "wake_up(kv_cache)"]
+
+
 def test_no_schedule_no_calls():
     e = FakeSleeper(schedule=False)
     for f in (colocate.before_generate, colocate.after_generate, colocate.before_sync):
