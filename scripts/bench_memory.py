@@ -43,7 +43,7 @@ def child(model: str, groups: int, G: int, P: int, T: int) -> dict:
 
     from mathrl.models import load_causal_lm, resolve_model_path
     from mathrl.train.forward import make_micro_batch, policy_forward
-    from mathrl.train.memory import micro_batch_bytes
+    from mathrl.train.memory import builds_score_matrix, micro_batch_bytes
 
     torch.manual_seed(0)
     path = resolve_model_path(model)
@@ -61,7 +61,8 @@ def child(model: str, groups: int, G: int, P: int, T: int) -> dict:
     logp, ent = policy_forward(lm, mb, temperature=1.0, with_entropy=True)
     (-(logp.sum()) - 0.0 * ent.sum()).backward()
     peak = _rss_kb("VmHWM")
-    est = micro_batch_bytes(lm.config, groups=groups, rows=n, prompt_len=P, response_len=T)
+    est = micro_batch_bytes(lm.config, groups=groups, rows=n, prompt_len=P, response_len=T,
+                            scores=builds_score_matrix(lm.config, "cpu", torch.float32))
     return {"groups": groups, "G": G, "P": P, "T": T, "tokens": groups * P + n * T,
             "measured_mb": (peak - before) / 1024, "estimate_mb": est / 2**20}
 

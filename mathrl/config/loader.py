@@ -345,6 +345,11 @@ def validate(cfg: Config) -> None:
                           "sampling drops groups whose rewards are all equal, which only carry no signal for a "
                           f"group-relative estimator; use one of {', '.join(group_est)}, or set "
                           "algo.dynamic_sampling=false")
+    for key, new in (("rollout.max_tokens", cfg.rollout.max_tokens), ("eval.max_tokens", cfg.eval.max_tokens)):
+        if cfg.rollout.max_model_len is not None and cfg.rollout.max_model_len <= new:
+            raise ConfigError(f"rollout.max_model_len = {cfg.rollout.max_model_len} leaves no room for a prompt before "
+                              f"{key} = {new} new tokens (vLLM cuts a sequence at max_model_len); set "
+                              "rollout.max_model_len above it, or leave it unset (null) to size it to the run")
     if cfg.rollout.staleness:
         conflicts = [(k, why) for k, on, why in (
             ("algo.dynamic_sampling", cfg.algo.dynamic_sampling, "its extra rounds need this step's grades before "

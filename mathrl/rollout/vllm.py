@@ -33,7 +33,7 @@ import torch
 
 from mathrl.rollout.base import OnRow, Prompts, RolloutEngine, check_n
 from mathrl.rollout.batch import RolloutBatch, Sample, SamplingConfig, collate
-from mathrl.rollout.colocate import ensure_awake
+from mathrl.rollout.colocate import ensure_awake, weights_loaded
 
 #: environment defaults for a CPU vLLM worker (the caller's environment wins)
 CPU_WORKER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "2", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -242,7 +242,7 @@ class _WorkerClient:
     def reset_prefix_cache(self):
         return self.call("reset_prefix_cache")
 
-    def sleep(self, level: int = 1):
+    def sleep(self, level: int = 2):
         return self.call("sleep", level=level)
 
     def wake_up(self, tags=None):
@@ -288,14 +288,14 @@ class VLLMRolloutEngine(RolloutEngine):
         worker_env: extra environment for the worker process.
         gpu_memory_utilization: vLLM's GPU memory share (GPU; ignored by vLLM-CPU).
         cpu_kv_cache_gb: vLLM-CPU KV cache size in GiB (``VLLM_CPU_KVCACHE_SPACE``, default 2 here).
-        tensor_parallel_size, max_model_len, enable_sleep_mode, enforce_eager: vLLM settings (see
-            `mathrl.rollout.vllm_core.build_llm_kwargs` and the ``rollout.`` config fields).
+        tensor_parallel_size, max_model_len, max_num_batched_tokens, enable_sleep_mode, enforce_eager: vLLM
+            settings (see `mathrl.rollout.vllm_core.build_llm_kwargs` and the ``rollout.`` config fields).
         dist: ``{rank, world_size, local_rank}`` of the trainer (None: `dist_from_env`). In-process
             on GPU with a world size > 1 the engine uses vLLM's ``external_launcher``; with
             ``tensor_parallel_size`` T > 1 the ranks of each TP group gather their prompts, generate
             them together and each keeps its own. A worker subprocess is pinned to its rank's GPU.
-        sleep_between_steps: attach a `mathrl.rollout.colocate.SleepSchedule` (``sleep_level``);
-            implies ``enable_sleep_mode``.
+        sleep_between_steps: attach a `mathrl.rollout.colocate.SleepSchedule` (``sleep_level``, 2 = drop the
+            weights while asleep: every sync reloads them all); implies ``enable_sleep_mode``.
         startup_timeout: seconds to wait for the engine to start.
         add_special_tokens: tokenizer flag for string prompts.
     """
@@ -304,8 +304,9 @@ class VLLMRolloutEngine(RolloutEngine):
                  enable_prefix_caching: bool = True, engine_kwargs: dict | None = None,
                  worker_env: dict | None = None, gpu_memory_utilization: float | None = None,
                  cpu_kv_cache_gb: float | None = None, tensor_parallel_size: int = 1,
-                 max_model_len: int | None = None, enable_sleep_mode: bool = False, enforce_eager: bool = False,
-                 dist: dict | None = None, sleep_between_steps: bool = False, sleep_level: int = 1,
+                 max_model_len: int | None = None, max_num_batched_tokens: int | None = None,
+                 enable_sleep_mode: bool = False, enforce_eager: bool = False,
+                 dist: dict | None = None, sleep_between_steps: bool = False, sleep_level: int = 2,
                  startup_timeout: float = 900.0, tokenizer=None, add_special_tokens: bool = False) -> None:
         from mathrl.models import load_tokenizer, resolve_model_path
         from mathrl.rollout.colocate import SleepSchedule
@@ -322,6 +323,7 @@ class VLLMRolloutEngine(RolloutEngine):
         tp = int(tensor_parallel_size)
         groups = tp_groups(dist["world_size"], tp)  # validates T | world size
         engine_options = dict(tensor_parallel_size=tp, max_model_len=max_model_len,
+                              max_num_batched_tokens=max_num_batched_tokens,
                               enable_sleep_mode=bool(enable_sleep_mode or sleep_between_steps),
                               enforce_eager=enforce_eager,
                               gpu_memory_utilization=None if gpu_memory_utilization is None
@@ -415,7 +417,9 @@ class VLLMRolloutEngine(RolloutEngine):
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
         core = self._core_or_raise()
         ensure_awake(self, weights_only=True)
-        return core.load_weights(named_tensors)
+        n = core.load_weights(named_tensors)
+        weights_loaded(self)  # complete (load_weights raises otherwise): a level-2 sleep's weights are valid again
+        return n
 
     def score(self, prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[int]],
               temperature: float = 1.0) -> list[torch.Tensor]:
@@ -437,9 +441,10 @@ class VLLMRolloutEngine(RolloutEngine):
         prompt_ids, _ = self.encode_prompts(prompts)
         return self._core_or_raise().raw_generate_timed(prompt_ids, n, sampling.to_dict())
 
-    def sleep(self, level: int = 1) -> None:
-        """Free GPU memory while the trainer runs (colocated GPU setups; needs
-        ``enable_sleep_mode``). Driven by `mathrl.rollout.colocate` when ``sleep_between_steps``."""
+    def sleep(self, level: int = 2) -> None:
+        """Free GPU memory while the trainer runs (colocated GPU setups; needs ``enable_sleep_mode``): level 2
+        drops the weights (the next `update_weights` must push them all), level 1 keeps them in CPU memory.
+        Driven by `mathrl.rollout.colocate` when ``sleep_between_steps``."""
         self._core_or_raise().sleep(level)
 
     def wake_up(self, tags: list[str] | None = None) -> None:

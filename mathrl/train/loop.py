@@ -51,6 +51,7 @@ from mathrl.algo import advantages as adv_mod
 from mathrl.algo import kl as kl_mod
 from mathrl.algo.filtering import PassRateFilter
 from mathrl.algo.losses import global_normalizers
+from mathrl.rollout.colocate import fall_asleep
 from mathrl.config import Config
 from mathrl.train import checkpoint as ckpt
 from mathrl.train.checkpoint import State, TrainingError, save_checkpoint
@@ -58,7 +59,7 @@ from mathrl.data.splits import heldout_problems, load_training_problems
 from mathrl.train.engines import DistInfo, device, global_sum
 from mathrl.train.forward import agreed_plan, batch_logprobs, batch_values, plan_micro_batches
 from mathrl.train.metrics import process_stats
-from mathrl.train.memory import fit_micro_batches
+from mathrl.train.memory import fit_micro_batches, size_rollout_context
 from mathrl.train.offpolicy import OffPolicySampler
 from mathrl.train.preflight import inert_settings, longest_prompt
 from mathrl.train.models import (Models, build_models, iterative_reference, make_rollout, optimizer_steps_per_rl_step,
@@ -236,6 +237,9 @@ def run(cfg: Config, *, loss_sign: float = 1.0, problems=None) -> int:
     models = build_models(cfg, dist, cfg.train.steps)
     state = State(pass_filter=PassRateFilter(window=cfg.algo.pass_rate_filter))
     resume_from, logger = resume_and_log(cfg, dist, out, models, state)
+    # vLLM's context: what this run's prompts and max tokens need, unless rollout.max_model_len is set (vLLM's
+    # default, the model's whole context, would reserve KV cache for sequences the run never forms)
+    size_rollout_context(cfg, models.tokenizer, problems, eval_problems, models.model_path)
     rollout = make_rollout(cfg, models)
     sampler = OffPolicySampler(cfg, dist, models.tokenizer, rollout, problems) if cfg.rollout.staleness else None
     if sampler is not None:
@@ -250,11 +254,13 @@ def run(cfg: Config, *, loss_sign: float = 1.0, problems=None) -> int:
         logger.log_samples(step, records, show=bool(show) and step % show == 0)
 
     try:
-        sync_weights(rollout, models.policy)
-        # micro-batches sized to the free memory (after the engine took its share), kept across a resume
+        # micro-batches sized to the free memory (after the engine took its share; with rollout.sleep_between_steps
+        # while it sleeps, so the update gets what sleeping frees), kept across a resume; then the first sync
         prompt_len = longest_prompt(cfg, models.tokenizer, problems, cfg.data.system_prompt)[0]
+        fall_asleep(rollout)
         memory_stats = fit_micro_batches(cfg, dist, models, prompt_len, resumed=state.micro_batch_tokens)
         state.micro_batch_tokens = cfg.train.micro_batch_tokens
+        sync_weights(rollout, models.policy)
         before: dict = {}
         last_eval: tuple[int, dict] = (-1, {})
         if eval_problems and state.step == 0:

@@ -7,8 +7,9 @@ rotary attention with grouped KV heads, SwiGLU MLP) the saved tensors per positi
 ``10 h + 4 kv + 4 i`` numbers (h the hidden size, kv the KV width, i the MLP width: the norms' inputs
 and outputs, q/k/v before and after the rotary embedding, the KV heads repeated to all heads for the
 attention kernel, the attention output, and the MLP's gate, up, activation and product), plus ``2 H S``
-for the attention weights and their softmax (H heads, S the positions attended to); the response
-positions add ``2 V`` (logits and their gradient, V the vocabulary). With the shared prompt
+for the attention weights and their softmax (H heads, S the positions attended to) when the attention
+kernel keeps that score matrix (:func:`builds_score_matrix`: eager attention does, flash and sdpa's fused
+kernels do not); the response positions add ``2 V`` (logits and their gradient, V the vocabulary). With the shared prompt
 (``train.share_prompt``) a group's prompt is processed once: ``groups x P`` prompt positions and
 ``rows x T`` response positions, each response attending to its prompt and itself.
 :data:`CALIBRATION` scales this count to what ``scripts/bench_memory.py`` measured (peak resident
@@ -26,13 +27,61 @@ import resource
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CALIBRATION", "available_bytes", "micro_batch_bytes", "per_token_bytes", "tokens_that_fit"]
+__all__ = ["CALIBRATION", "available_bytes", "builds_score_matrix", "micro_batch_bytes", "parameter_count",
+           "per_token_bytes", "tokens_that_fit"]
 
-#: scale from the counted numbers to the measured peak (``scripts/bench_memory.py`` on SmolLM2, CPU, float32:
-#: the plain count was 0.79-1.40x the measured peak over 7 shapes, lowest for short sequences, where
-#: allocator slack and the kernels' temporaries weigh most; x 1.25 it is 0.99-1.75x, so the estimate does not
-#: fall short on any measured shape)
-CALIBRATION = 1.25
+#: scale from the counted numbers to the measured peak (``scripts/bench_memory.py`` on SmolLM2, CPU, float32,
+#: sdpa, whose CPU kernel is torch's flash kernel and keeps no score matrix, so the count has no ``2 H S`` term:
+#: over the README's 7 measured shapes the count is 0.76-0.87x the measured peak less the 513 MiB of parameter
+#: gradients the backward allocates (which :func:`fit_micro_batches` reserves separately), lowest for short
+#: sequences, where allocator slack and the kernels' temporaries weigh most; x 1.35 it is 1.03-1.17x, so the
+#: estimate does not fall short on any measured shape)
+CALIBRATION = 1.35
+
+
+#: attention implementations (``config._attn_implementation``) whose kernel never materialises the
+#: ``heads x S x S`` score matrix (flash attention computes the softmax block by block and keeps only its
+#: log-sum-exp per row)
+FUSED_ATTENTION = ("flash_attention_2", "flash_attention_3", "flex_attention", "paged_attention", "sdpa_paged",
+                   "flash_paged", "kernels-community/flash-attn", "kernels-community/vllm-flash-attn3")
+
+
+def builds_score_matrix(config: Any, device: Any = "cpu", dtype: Any = None) -> bool:
+    """Whether the model's attention keeps the ``heads x S x S`` score matrix (and its softmax) for the
+    backward, read from ``config._attn_implementation``:
+
+    * ``eager`` (and any implementation not named below): yes, ``softmax(Q K^T)`` is an autograd tensor.
+    * flash / flex attention (:data:`FUSED_ATTENTION`): no.
+    * ``sdpa``: what torch's dispatcher picks for this device, the model's dtype and head size, a 4-D padding
+      mask (the trainer's micro-batches are padded) and the config's ``attention_dropout``, asked with
+      ``torch._fused_sdp_choice``: the math kernel keeps the score matrix, the fused ones (flash,
+      memory-efficient, cuDNN) do not. On CPU torch >= 2.3 picks its flash kernel, which takes a mask
+      (checked with torch 2.13: fp32, bf16 and fp16, with and without gradients; the profiler shows
+      ``_scaled_dot_product_flash_attention_for_cpu`` in the trainer's forward and backward), but falls back
+      to the math kernel with dropout > 0. When the question cannot be asked (a CUDA device in a process
+      without CUDA, a torch without the probe) the answer is: no on CUDA (the memory-efficient kernel takes
+      any mask), yes elsewhere.
+    """
+    impl = getattr(config, "_attn_implementation", None) or "eager"
+    if impl in FUSED_ATTENTION or "flash" in impl:
+        return False
+    if impl != "sdpa":
+        return True
+    import torch
+
+    dev = torch.device(device)
+    _, _, _, _, heads, _ = _dims(config)
+    head_dim = int(getattr(config, "head_dim", None) or int(config.hidden_size) // heads)
+    dropout = float(getattr(config, "attention_dropout", 0.0) or 0.0)
+    try:
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError("no CUDA in this process")
+        q = torch.zeros(1, heads, 8, head_dim, dtype=dtype or torch.float32, device=dev, requires_grad=True)
+        mask = torch.ones(1, 1, 8, 8, dtype=torch.bool, device=dev).tril()
+        choice = torch._fused_sdp_choice(q, q.detach(), q.detach(), mask, dropout, False)
+        return int(choice) == int(torch.nn.attention.SDPBackend.MATH)
+    except Exception:
+        return dev.type != "cuda"
 
 
 def _dims(config: Any) -> tuple[int, int, int, int, int, int]:
@@ -46,15 +95,17 @@ def _dims(config: Any) -> tuple[int, int, int, int, int, int]:
 
 
 def micro_batch_bytes(config: Any, *, groups: int, rows: int, prompt_len: int, response_len: int,
-                      bytes_per_number: int = 4, checkpointing: bool = False) -> int:
+                      bytes_per_number: int = 4, checkpointing: bool = False, scores: bool = True) -> int:
     """Estimated activation memory (bytes) of one micro-batch's forward + backward: ``groups`` prompts of
     ``prompt_len`` tokens processed once, ``rows`` responses of ``response_len`` tokens (see the module
     docstring for the count). With gradient checkpointing only each layer's input is kept, plus one
-    layer's activations during its recomputation."""
+    layer's activations during its recomputation. ``scores``: the attention kernel keeps the score matrix
+    (:func:`builds_score_matrix`)."""
     L, h, kv, inter, heads, V = _dims(config)
     per_position = 10 * h + 4 * kv + 4 * inter
     positions = groups * prompt_len + rows * response_len
-    attention = 2 * heads * (groups * prompt_len * prompt_len + rows * response_len * (prompt_len + response_len))
+    attention = 2 * heads * (groups * prompt_len * prompt_len + rows * response_len * (prompt_len + response_len)) \
+        if scores else 0
     logits = 2 * V * rows * response_len
     layers = (L * h * positions + per_position * positions + attention) if checkpointing \
         else L * (per_position * positions + attention)
@@ -62,12 +113,12 @@ def micro_batch_bytes(config: Any, *, groups: int, rows: int, prompt_len: int, r
 
 
 def per_token_bytes(config: Any, *, group_size: int, prompt_len: int, response_len: int,
-                    bytes_per_number: int = 4, checkpointing: bool = False) -> float:
+                    bytes_per_number: int = 4, checkpointing: bool = False, scores: bool = True) -> float:
     """Estimated bytes per budget token (``groups x P + rows x T``) for micro-batches of whole groups of
     ``group_size`` rows with prompts of ``prompt_len`` and responses of ``response_len`` tokens."""
     tokens = prompt_len + group_size * response_len
     return micro_batch_bytes(config, groups=1, rows=group_size, prompt_len=prompt_len, response_len=response_len,
-                             bytes_per_number=bytes_per_number, checkpointing=checkpointing) / tokens
+                             bytes_per_number=bytes_per_number, checkpointing=checkpointing, scores=scores) / tokens
 
 
 def _read_int(path: Path) -> int | None:
@@ -136,6 +187,13 @@ def tokens_that_fit(config: Any, budget_bytes: float, **sizes) -> int:
     return int(math.floor(budget_bytes / per_token_bytes(config, **sizes)))
 
 
+def parameter_count(p: Any) -> int:
+    """The number of elements of parameter ``p``, also under ZeRO-3, where ``p.numel()`` is 0 for a partitioned
+    parameter and DeepSpeed keeps the full count in ``p.ds_numel``."""
+    n = getattr(p, "ds_numel", None)
+    return int(n) if n is not None else int(p.numel())
+
+
 #: share of the free memory the activations may take (the rest: gradients, the optimizer's first step,
 #: the verifier's workers, the allocator's fragmentation)
 HEADROOM = 0.7
@@ -163,8 +221,9 @@ def fit_micro_batches(cfg, dist, models, prompt_len: int, resumed: int | None = 
     t, r = cfg.train, cfg.rollout
     dev = device()
     trained = [models.policy.module] + ([models.critic.module] if models.critic is not None else [])
-    trainable = sum(p.numel() for m in trained for p in m.parameters() if p.requires_grad)
-    elem = next(models.policy.module.parameters()).element_size()  # 4 in float32, 2 in bfloat16
+    trainable = sum(parameter_count(p) for m in trained for p in m.parameters() if p.requires_grad)
+    first = next(models.policy.module.parameters())
+    elem = first.element_size()  # 4 in float32, 2 in bfloat16
     if dev.type == "cuda":
         free, _total = torch.cuda.mem_get_info(dev)
         avail, what = int(free), "free GPU memory"
@@ -181,7 +240,7 @@ def fit_micro_batches(cfg, dist, models, prompt_len: int, resumed: int | None = 
     config = models.policy.module.config
     ckpt_on = bool(cfg.model.gradient_checkpointing)
     sizes = dict(group_size=rows, prompt_len=prompt_len, response_len=r.max_tokens, checkpointing=ckpt_on,
-                 bytes_per_number=elem)
+                 bytes_per_number=elem, scores=builds_score_matrix(config, dev, first.dtype))
     fit = tokens_that_fit(config, budget, **sizes)
     fit = int(global_min(torch.tensor(float(fit))).item())
     one = prompt_len + rows * r.max_tokens  # the smallest micro-batch: one group (or one row)
@@ -224,3 +283,52 @@ def fit_micro_batches(cfg, dist, models, prompt_len: int, resumed: int | None = 
               f"with train.micro_batch_tokens>={resumed} and that much memory free", file=sys.stderr, flush=True)
     return {"sys/memory_available_gb": avail / gb, "sys/micro_batch_tokens": float(t.micro_batch_tokens),
             "sys/activation_estimate_gb": t.micro_batch_tokens * per_token_bytes(config, **sizes) / gb}
+
+
+#: a derived ``rollout.max_model_len`` is rounded up to a multiple of this many tokens (a margin for a prompt a
+#: little longer than the longest one measured, see :func:`mathrl.train.preflight.longest_prompt`)
+CONTEXT_ROUND = 256
+
+
+def context_for(configured: int | None, needs: dict[str, tuple[str, int, int]], context: int | None) -> int:
+    """The rollout engine's context length (``rollout.max_model_len``) for a run whose generations need
+    ``needs``: ``{max_tokens key: (what, longest prompt, max new tokens)}``, e.g. ``{"rollout.max_tokens":
+    ("training", 180, 1024), "eval.max_tokens": ("held-out", 200, 512)}``.
+
+    Unset (``configured`` None): the largest prompt + new tokens, rounded up to a multiple of
+    :data:`CONTEXT_ROUND`, and at most the model's ``context`` (when that still holds it). vLLM's own default,
+    the model's whole context, reserves KV cache for sequences the run never forms. Set: kept, unless it is
+    below what the run needs (a :class:`~mathrl.config.ConfigError` names the key and the numbers: vLLM would
+    cut the responses there)."""
+    key, (what, prompt, new) = max(needs.items(), key=lambda kv: kv[1][1] + kv[1][2])
+    need = prompt + new
+    if configured is not None:
+        if configured < need:
+            from mathrl.config import ConfigError
+
+            raise ConfigError(
+                f"rollout.max_model_len = {configured}: the longest {what} prompt ({prompt} tokens) plus {key} = "
+                f"{new} new tokens is {need} tokens, and vLLM would cut responses at {configured}; set "
+                f"rollout.max_model_len to at least {need}, or leave it unset (null) to size it to the run")
+        return int(configured)
+    size = -(-need // CONTEXT_ROUND) * CONTEXT_ROUND
+    if context is not None and need <= context:
+        size = min(size, int(context))
+    return size
+
+
+def size_rollout_context(cfg, tokenizer, problems, eval_problems, model_path: str) -> int:
+    """Set ``cfg.rollout.max_model_len`` to :func:`context_for` this run (its training prompts with
+    ``rollout.max_tokens``, its held-out prompts with ``eval.max_tokens``; the model's context from its
+    config.json) before the rollout engine is built; returns it."""
+    from mathrl.train.preflight import context_length, longest_prompt
+
+    system = cfg.data.system_prompt
+    needs = {"rollout.max_tokens": ("training", longest_prompt(cfg, tokenizer, problems, system)[0],
+                                    cfg.rollout.max_tokens)}
+    if eval_problems:
+        needs["eval.max_tokens"] = ("held-out", longest_prompt(cfg, tokenizer, eval_problems, system)[0],
+                                    cfg.eval.max_tokens)
+    context = context_length(cfg, model_path)[0] if cfg.rollout.max_model_len is None else None
+    cfg.rollout.max_model_len = context_for(cfg.rollout.max_model_len, needs, context)
+    return cfg.rollout.max_model_len

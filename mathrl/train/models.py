@@ -215,7 +215,8 @@ def make_rollout(cfg: Config, models: Models):
         r = cfg.rollout
         kwargs.update(vllm_python=r.vllm_python, gpu_memory_utilization=r.gpu_memory_utilization,
                       cpu_kv_cache_gb=r.kv_cache_gb, tensor_parallel_size=r.tensor_parallel_size,
-                      max_model_len=r.max_model_len, enable_sleep_mode=r.enable_sleep_mode,
+                      max_model_len=r.max_model_len, max_num_batched_tokens=r.max_num_batched_tokens,
+                      enable_sleep_mode=r.enable_sleep_mode,
                       enforce_eager=r.enforce_eager, sleep_between_steps=r.sleep_between_steps,
                       sleep_level=r.sleep_level, dist=dist_from_env())
     if cfg.rollout.dtype != "auto":
@@ -223,7 +224,12 @@ def make_rollout(cfg: Config, models: Models):
     else:
         dtype = "float32" if resolve_dtype(cfg.model.dtype) == torch.float32 else "bfloat16"
     seed = cfg.train.seed if cfg.rollout.seed is None else cfg.rollout.seed
-    return make_engine(backend, models.model_path, tokenizer=models.tokenizer, seed=seed, dtype=dtype, **kwargs)
+    engine = make_engine(backend, models.model_path, tokenizer=models.tokenizer, seed=seed, dtype=dtype, **kwargs)
+    # rollout.sleep_level=2: a generation after a sleep with no sync since gets the trainer's weights pushed again
+    from mathrl.rollout.colocate import reload_weights_with
+
+    reload_weights_with(engine, lambda: sync_weights(engine, models.policy))
+    return engine
 
 
 def sync_weights(rollout, engine) -> int:

@@ -55,6 +55,50 @@ def test_llm_kwargs_settings_and_overrides():
     assert not {"max_model_len", "enable_sleep_mode", "enforce_eager", "tensor_parallel_size"} & set(kw)
 
 
+def test_llm_kwargs_max_num_batched_tokens():
+    """Passed on GPU (TRL's 4096: vLLM's start-up profiling runs one step of that many tokens); left out on
+    CPU, where chunked prefill is off and vLLM sizes the step to max_model_len; engine_kwargs still win."""
+    kw, _ = build_llm_kwargs("m", max_num_batched_tokens=4096, max_model_len=1280, on_cpu=False)
+    assert kw["max_num_batched_tokens"] == 4096 and kw["max_model_len"] == 1280
+    kw, _ = build_llm_kwargs("m", max_num_batched_tokens=4096, max_model_len=1280, on_cpu=True)
+    assert "max_num_batched_tokens" not in kw and kw["enable_chunked_prefill"] is False
+    kw, _ = build_llm_kwargs("m", max_num_batched_tokens=None, on_cpu=False)
+    assert "max_num_batched_tokens" not in kw
+    kw, _ = build_llm_kwargs("m", max_num_batched_tokens=4096, engine_kwargs={"max_num_batched_tokens": 8192},
+                             on_cpu=False)
+    assert kw["max_num_batched_tokens"] == 8192
+
+
+def test_max_model_len_defaults_to_what_the_run_needs():
+    from mathrl.config import ConfigError
+    from mathrl.train.memory import context_for
+
+    needs = {"rollout.max_tokens": ("training", 180, 1024), "eval.max_tokens": ("held-out", 200, 512)}
+    # unset: 180 + 1024 = 1204 (more than 200 + 512), rounded up to a multiple of 256
+    assert context_for(None, needs, 32768) == 1280
+    assert context_for(None, needs, 1220) == 1220    # never beyond the model's context when that holds it
+    assert context_for(None, needs, None) == 1280
+    assert context_for(None, {"eval.max_tokens": ("held-out", 256, 256)}, 32768) == 512  # exact multiple
+    assert context_for(4096, needs, 32768) == 4096  # set: kept
+    with pytest.raises(ConfigError, match=r"rollout.max_model_len = 1000: the longest training prompt \(180 "
+                                          r"tokens\) plus rollout.max_tokens = 1024 new tokens is 1204 tokens.*"
+                                          r"at least 1204"):
+        context_for(1000, needs, 32768)
+
+
+def test_config_refuses_a_max_model_len_without_room_for_the_prompt():
+    from mathrl.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=r"rollout.max_model_len = 256 leaves no room for a prompt before "
+                                          r"rollout.max_tokens = 256 new tokens"):
+        load_config(None, ["rollout.max_model_len=256", "rollout.max_tokens=256"])
+    with pytest.raises(ConfigError, match=r"eval.max_tokens = 1024"):
+        load_config(None, ["rollout.max_model_len=1000", "eval.max_tokens=1024"])
+    assert load_config(None, ["rollout.max_model_len=1024"]).rollout.max_model_len == 1024
+    cfg = load_config(None, [])
+    assert cfg.rollout.max_model_len is None and cfg.rollout.max_num_batched_tokens == 4096
+
+
 def test_llm_kwargs_refuse_bad_layouts():
     with pytest.raises(ValueError, match="must divide the world size"):
         build_llm_kwargs("m", tensor_parallel_size=2, world_size=3, rank=0, on_cpu=False)

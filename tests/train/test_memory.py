@@ -33,7 +33,114 @@ def test_micro_batch_bytes_against_a_hand_count():
     ck = memory.micro_batch_bytes(TINY, groups=1, rows=2, prompt_len=3, response_len=2, checkpointing=True)
     assert ck == int(memory.CALIBRATION * (112 + 1236 + 80) * 4)
     # sharing the prompt: two groups cost twice one group
-    assert memory.micro_batch_bytes(TINY, groups=2, rows=4, prompt_len=3, response_len=2) == 2 * est
+    assert memory.micro_batch_bytes(TINY, groups=2, rows=4, prompt_len=3, response_len=2) == \
+        int(memory.CALIBRATION * 2 * (2472 + 80) * 4)
+
+
+def test_micro_batch_bytes_without_the_score_matrix():
+    """A kernel that keeps no score matrix (flash, sdpa's fused kernels): the same count less the 2 H S term."""
+    # layers 2 * 160 * 7 = 2240; logits 80
+    est = memory.micro_batch_bytes(TINY, groups=1, rows=2, prompt_len=3, response_len=2, scores=False)
+    assert est == int(memory.CALIBRATION * (2240 + 80) * 4)
+    ck = memory.micro_batch_bytes(TINY, groups=1, rows=2, prompt_len=3, response_len=2, checkpointing=True,
+                                  scores=False)
+    assert ck == int(memory.CALIBRATION * (112 + 1120 + 80) * 4)
+    # per budget token: the 7 tokens of one group
+    assert memory.per_token_bytes(TINY, group_size=2, prompt_len=3, response_len=2, scores=False) == est / 7
+
+
+def _tiny_attention(impl, dropout=0.0):
+    return SimpleNamespace(**vars(TINY), _attn_implementation=impl, attention_dropout=dropout)
+
+
+@pytest.mark.parametrize("impl, device, dropout, keeps", [
+    ("eager", "cpu", 0.0, True),
+    (None, "cpu", 0.0, True),                 # not decided: the safe side
+    ("flash_attention_2", "cuda", 0.0, False),
+    ("flex_attention", "cpu", 0.0, False),
+    ("sdpa", "cpu", 0.0, False),              # torch's CPU flash kernel takes the padding mask
+    ("sdpa", "cpu", 0.1, True),               # ... but not dropout: the math kernel
+    ("sdpa", "cuda", 0.0, False),             # fused kernels (asked of torch where CUDA exists)
+])
+def test_score_matrix_rule(impl, device, dropout, keeps):
+    assert memory.builds_score_matrix(_tiny_attention(impl, dropout), device) is keeps
+
+
+@pytest.mark.parametrize("impl, dropout", [("sdpa", 0.0), ("sdpa", 0.1), ("eager", 0.0)])
+def test_score_matrix_rule_matches_the_kernel_that_runs(impl, dropout):
+    """The rule agrees with the kernel the trainer's own forward and backward run on CPU (profiler): the
+    flash kernel keeps no score matrix; the math kernel and eager attention's softmax do."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from mathrl.train.forward import make_micro_batch, policy_forward
+
+    cfg = LlamaConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                      attention_dropout=dropout)
+    cfg._attn_implementation = impl
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg).float().train()
+    model.set_attn_implementation(impl)
+    g, G, P, T = 2, 4, 24, 12
+    prompt = torch.randint(10, 299, (g, P)).repeat_interleave(G, 0)
+    pm = torch.ones_like(prompt)
+    pm[:G, :5] = 0  # a left-padded prompt: the kernels get a mask
+    resp = torch.randint(10, 299, (g * G, T))
+    rm = torch.ones_like(resp)
+    rm[1, 7:] = 0
+    mb = make_micro_batch(prompt, pm, resp, rm, torch.arange(g * G), torch.device("cpu"), G)
+    with torch.profiler.profile() as prof:
+        logp, _ = policy_forward(model, mb, temperature=1.0)
+        (-logp.sum()).backward()
+    ops = {e.name for e in prof.events()}
+    fused = "aten::_scaled_dot_product_flash_attention_for_cpu" in ops
+    scores = "aten::_scaled_dot_product_attention_math" in ops or "aten::_softmax" in ops
+    assert fused != scores, sorted(o for o in ops if "attention" in o or "softmax" in o)
+    assert memory.builds_score_matrix(model.config, "cpu", torch.float32) is scores
+
+
+def test_parameter_count_reads_zero3_ds_numel():
+    import torch
+
+    p = torch.nn.Parameter(torch.empty(0))  # a ZeRO-3 partitioned parameter: no local elements
+    p.ds_numel = 4096
+    assert p.numel() == 0 and memory.parameter_count(p) == 4096
+    assert memory.parameter_count(torch.nn.Parameter(torch.zeros(3, 5))) == 15
+
+
+@pytest.mark.parametrize("zero3", [False, True])
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+def test_fit_reserves_the_full_parameter_count_and_reads_the_attention(monkeypatch, zero3, impl):
+    """fit_micro_batches: the budget for activations is 0.7 x (free memory - 12 bytes per trainable parameter),
+    counted with ds_numel under ZeRO-3 (numel() 0), and the estimate counts the score matrix as the policy's
+    attention implementation keeps it."""
+    import torch
+
+    from mathrl.config import load_config
+    from mathrl.train.engines import DistInfo
+
+    cfg = load_config(overrides=["rollout.n=2", "rollout.max_tokens=2", "train.batch_size=4"])
+    policy = torch.nn.Linear(1000, 1000)  # 1 001 000 parameters
+    if zero3:  # what deepspeed.zero.Init leaves on a rank: empty local tensors, the full count in ds_numel
+        for p in policy.parameters():
+            p.ds_numel = p.numel()
+            p.data = torch.empty(0)
+    policy.config = _tiny_attention(impl)
+    models = SimpleNamespace(policy=SimpleNamespace(module=policy), critic=None)
+    free = 64 * 2**30
+    monkeypatch.setattr(memory, "available_bytes", lambda: (free, "test"))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    seen = {}
+
+    def fit(config, budget, **sizes):
+        seen.update(sizes, budget=budget)
+        return 10**6
+
+    monkeypatch.setattr(memory, "tokens_that_fit", fit)
+    memory.fit_micro_batches(cfg, DistInfo(0, 1, 0), models, prompt_len=3)
+    assert seen["budget"] == pytest.approx(0.7 * (free - 12 * 1_001_000))
+    assert seen["scores"] is (impl == "eager")
 
 
 def test_tokens_that_fit_inverts_the_estimate():
