@@ -11,6 +11,8 @@ Layout of ``<output_dir>/checkpoints/step_000010/``::
     ref/                 iterative RL only: the reset reference model (safetensors)
     rollout_ahead_rank<r>.pt  rollout.staleness = 1 only: rank r's batch already sampled for the
                          next step (tensors and strings; read with weights_only=True)
+    rng_rank<r>.pt       rank r's random number generators (torch CPU, its CUDA device, Python's
+                         ``random``): what dropout (model.disable_dropout=false, LoRA dropout) draws next
     trainer_state.json   step, data position, metric history pointer, config
     MANIFEST.json        written last: every file with its size and SHA-256
 
@@ -19,7 +21,8 @@ only when complete (files fsynced, manifest written last), so a crash leaves
 either the previous checkpoints or a complete new one; leftover temporary
 folders are removed at the next start. Sampling seeds and data order are pure
 functions of (seed, step), so weights + optimizer + scheduler + step restore a
-run exactly.
+run exactly; the global generators, which only dropout draws from after start-up,
+are restored too (``rng_rank<r>.pt``), so a run with dropout resumes exactly as well.
 
 Loading never executes code from the checkpoint: weights are safetensors, the trainer state is
 JSON, and DeepSpeed's ``.pt`` files are read with ``torch.load(weights_only=True)`` (see
@@ -85,13 +88,14 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
-_RANK_FILE = re.compile(r"(?:^|_)zero_pp_rank_(\d+)_|^rollout_ahead_rank(\d+)\.pt$")
+_RANK_FILE = re.compile(r"(?:^|_)zero_pp_rank_(\d+)_|^(?:rollout_ahead|rng)_rank(\d+)\.pt$")
 
 
 def file_owner(rel: str, world_size: int) -> int:
     """The rank that wrote (and hashes) a checkpoint file: DeepSpeed's per-rank shards
-    (``*zero_pp_rank_<r>_*``) and the batches sampled ahead (``rollout_ahead_rank<r>.pt``, asynchronous
-    rollout) belong to rank r, everything else to rank 0 (which wrote it)."""
+    (``*zero_pp_rank_<r>_*``), the batches sampled ahead (``rollout_ahead_rank<r>.pt``, asynchronous
+    rollout) and the random generators' states (``rng_rank<r>.pt``) belong to rank r, everything else to
+    rank 0 (which wrote it)."""
     m = _RANK_FILE.search(Path(rel).name)
     r = int(m.group(1) or m.group(2)) if m else 0
     return r if r < world_size else 0
@@ -319,6 +323,7 @@ def save_checkpoint(cfg: Config, dist: DistInfo, models: Models, state: State, *
         attempt(lambda: models.critic.save_checkpoint(str(tmp / "ds_critic"), tag="state"))
     if state.ahead is not None:  # sampled with weights this checkpoint no longer holds: keep the batch itself
         attempt(lambda: torch.save(state.ahead, tmp / ahead_file(dist.rank)))
+    attempt(lambda: torch.save(rng_state(), tmp / rng_file(dist.rank)))
     fault("ckpt_write", state.step)
 
     def write_main() -> None:
@@ -403,6 +408,42 @@ def ahead_file(rank: int) -> str:
     return f"rollout_ahead_rank{rank}.pt"
 
 
+def rng_file(rank: int) -> str:
+    return f"rng_rank{rank}.pt"
+
+
+def rng_state() -> dict[str, Any]:
+    """This rank's global random generators: torch's CPU generator, its CUDA device's (when CUDA is in use)
+    and Python's ``random``. Sampling, the data order and the mini-batch shuffles use their own seeded
+    generators; what draws from these after start-up is dropout (``model.disable_dropout=false``, LoRA
+    dropout) in the training forwards, so a resume that re-seeded them at start-up drew other dropout masks
+    than the uninterrupted run from its first step on."""
+    import random
+
+    from mathrl.train.engines import device
+
+    out: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    dev = device()
+    if dev.type == "cuda":  # this rank's device only (get_rng_state_all would start a context on every GPU)
+        out["cuda"] = torch.cuda.get_rng_state(dev)
+    return out
+
+
+def set_rng_state(saved: dict[str, Any]) -> None:
+    """Restore what :func:`rng_state` returned (a state saved with CUDA, loaded without it: the CUDA part is
+    left out)."""
+    import random
+
+    from mathrl.train.engines import device
+
+    torch.set_rng_state(saved["torch"])
+    version, internal, gauss = saved["python"]  # torch.load gives lists back where random wants tuples
+    random.setstate((version, tuple(internal), gauss))
+    dev = device()
+    if "cuda" in saved and dev.type == "cuda":
+        torch.cuda.set_rng_state(saved["cuda"], dev)
+
+
 def load_checkpoint(folder: Path, models: Models, state: State) -> None:
     """Restore weights, optimizer, scheduler and counters; every file is first checked against the
     manifest's SHA-256 and DeepSpeed's pickles are read with ``weights_only=True``."""
@@ -441,3 +482,7 @@ def load_checkpoint(folder: Path, models: Models, state: State) -> None:
         from safetensors.torch import load_file
 
         copy_weights(models.ref, load_file(str(ref_file)).items())
+    # the random generators where the uninterrupted run had them (older checkpoints: as seeded at start-up)
+    rng = folder / rng_file(rank)
+    if all_ranks_ok(int(saved.get("world_size", world)) == world and rng.is_file()):
+        set_rng_state(torch.load(rng, weights_only=True))

@@ -36,8 +36,9 @@ weight sync in :mod:`mathrl.train.models`; run start-up in
 
 Exact resume: the data order, sampling seeds and mini-batch shuffles are pure
 functions of (seed, step, rank), so a checkpoint needs only weights, optimizer,
-LR scheduler and the step counter (and the stream position, the pass-rate history and, with
-asynchronous rollout, the batch already sampled for the next step).
+LR scheduler and the step counter (and the stream position, the pass-rate history, the global random
+generators that dropout draws from and, with asynchronous rollout, the batch already sampled for the
+next step).
 """
 
 from __future__ import annotations

@@ -25,12 +25,42 @@ def check_batching(cfg: Config, dist: DistInfo) -> None:
                           f"by the number of processes ({dist.world_size})")
 
 
+def restore_torch_linear() -> bool:
+    """Put back torch's own ``torch.nn.functional.linear`` when an earlier DeepSpeed ZeRO-3 model in this
+    process replaced it; returns whether it did.
+
+    ZeRO-3 (``deepspeed.zero.Init``, and ``deepspeed.initialize`` of a stage-3 engine) swaps
+    ``torch.nn.functional.linear`` for its memory-efficient autograd function (``zero3_linear_wrap``:
+    matmul, then the bias added as a separate op, and its own backward) and never swaps it back
+    ("This will persist unless manually reset"). Every later model in the process, a ZeRO-0/1/2 run's
+    included, then computes its linear layers with it: in bfloat16 that rounds differently (the bias is
+    added after the product was rounded to bf16), so the same run gave other weights after a ZeRO-3 run
+    in the same process than before one. The first GPU check (a resume after the ZeRO-3 runs, compared with
+    a run made before them) differed by up to 3e-5 this way; float32 happens to round alike. A ZeRO-3 run
+    puts its wrapper in again when it builds its models (DeepSpeed swaps only torch's own function), so every
+    run computes as its own configuration says, whatever ran before it in the process.
+    """
+    import torch.nn.functional as F
+
+    try:
+        from deepspeed.runtime.zero.partition_parameters import InsertPostInitMethodToModuleSubClasses as ZeroInit
+    except ImportError:  # pragma: no cover - DeepSpeed is a dependency
+        return False
+    original = getattr(ZeroInit, "linear_bk", None)  # where DeepSpeed keeps torch's function when it swaps it
+    if original is None or F.linear is original:
+        return False
+    F.linear = original
+    return True
+
+
 def prepare_run(cfg: Config) -> tuple[DistInfo, Path]:
     """Process group, batch-size checks, the run folder with its resolved config; removes checkpoints
-    half-written by a crash. Shared by every training method (RL here, SFT/RFT in mathrl.ablate)."""
+    half-written by a crash; torch's own linear back if an earlier ZeRO-3 run in this process replaced it
+    (:func:`restore_torch_linear`). Shared by every training method (RL here, SFT/RFT in mathrl.ablate)."""
     from mathrl.versions import check_versions
 
     check_versions()  # an old DeepSpeed/transformers fails here with a message, not deep inside them
+    restore_torch_linear()
     preflight(cfg)  # cheap input checks (tokenizer, config.json, data) before any expensive work
     if resolve_dtype(cfg.model.dtype) == torch.float16:
         raise ConfigError("model.dtype = 'float16': training in float16 needs loss scaling, which mathrl's DeepSpeed "
