@@ -176,7 +176,7 @@ def _prepare_ids(ids: Tensor, logits: Tensor, valid: Tensor | None) -> Tensor:
         ids = torch.where(valid, ids, torch.zeros_like(ids))  # padding ids may be anything
     v = logits.shape[-1]
     if ids.numel():
-        lo, hi = int(ids.min()), int(ids.max())
+        lo, hi = torch.stack([ids.min(), ids.max()]).tolist()  # one host sync, not two
         if lo < 0 or hi >= v:
             raise ValueError(
                 f"token ids must be in [0, {v}) (vocabulary size), found {lo if lo < 0 else hi}"

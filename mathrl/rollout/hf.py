@@ -7,9 +7,22 @@ the G samples decode from it. Rows that finish (EOS or a stop string) are droppe
 so the batch shrinks as responses end. Logprobs are those of the distribution sampled from
 (`mathrl.rollout.sampling.sampling_logprobs`), the same convention as the vllm backend.
 
+Host syncs. The decode loop keeps its state on the model's device (the block's tokens and logprobs,
+which rows hit EOS) and reads it back once every ``sync_every`` tokens (:data:`SYNC_EVERY`); there
+it records the tokens, reports finished rows to ``on_row`` and drops them from the cache. A finished
+row so rides along for at most ``sync_every - 1`` more steps (its extra tokens are discarded) and is
+reported that many steps late. On a GPU each readback stalls the launch queue (issue 37 measured
+770 tokens/s with one per token against 3,173 for ``model.generate``). Stop strings need the
+text, so with stop strings the loop syncs after every token.
+
 Reproducibility: one ``torch.Generator`` seeded by ``SamplingConfig.seed`` drives all draws of a
 call, so the same prompts, n, config and weights give the same batch on the same machine.
-A row's sample depends on the whole call (batch composition, chunking), as in vLLM.
+A row's sample depends on the whole call (batch composition, chunking), as in vLLM. Each step the
+unfinished rows take the next uniforms of the generator's stream in row order, as a loop that
+dropped finished rows at once would draw them: a block's uniforms are drawn at its start and the
+generator is re-advanced by the number used at the sync. On CPU (whose generator's stream does not
+depend on how it is split into draws) the batch is bitwise that of a per-token loop for any
+``sync_every`` (tests/rollout/test_hf_decode.py); on CUDA it is reproducible but not the same stream.
 """
 
 from __future__ import annotations
@@ -26,6 +39,13 @@ from mathrl.rollout.base import OnRow, Prompts, RolloutEngine, check_n
 from mathrl.rollout.batch import RolloutBatch, Sample, SamplingConfig, collate
 from mathrl.rollout.sampling import sample_tokens, sampling_logprobs
 from mathrl.models.precision import without_autocast
+
+
+#: Default tokens decoded between two host syncs of the decode loop. 8 amortises a GPU readback
+#: (and its Python bookkeeping) over 8 decode steps while a finished row rides along for at most 7
+#: steps; on CPU the cost of those extra rows is within the run-to-run noise (issue 37, measured with
+#: scripts/bench_rollout.py).
+SYNC_EVERY = 8
 
 
 def _eos_ids(model, tokenizer) -> list[int]:
@@ -74,11 +94,13 @@ class HFRolloutEngine(RolloutEngine):
         max_batch_rows: most rows (prompts x n) decoded at once; larger calls are split by prompt.
         add_special_tokens: passed to the tokenizer for string prompts (False: the chat template
             already holds them).
+        sync_every: tokens decoded between two host syncs (default :data:`SYNC_EVERY`); 1 with stop
+            strings, which are checked on the host's text after every token.
     """
 
     def __init__(self, model_path: str | None = None, *, model=None, tokenizer=None,
                  dtype: torch.dtype | str = torch.float32, device: str | torch.device = "cpu",
-                 max_batch_rows: int = 256, add_special_tokens: bool = False) -> None:
+                 max_batch_rows: int = 256, add_special_tokens: bool = False, sync_every: int | None = None) -> None:
         if model is None and model_path is None:
             raise ValueError("HFRolloutEngine needs model_path or model")
         if model is None or tokenizer is None:
@@ -96,6 +118,12 @@ class HFRolloutEngine(RolloutEngine):
             raise ValueError(f"max_batch_rows={max_batch_rows!r}: must be an integer >= 1")
         self.max_batch_rows = max_batch_rows
         self.add_special_tokens = add_special_tokens
+        if sync_every is None:
+            sync_every = SYNC_EVERY
+        if not isinstance(sync_every, int) or isinstance(sync_every, bool) or sync_every < 1:
+            raise ValueError(f"sync_every={sync_every!r}: must be an integer >= 1 (tokens between host syncs)")
+        self.sync_every = sync_every
+        self.host_syncs = 0  # host syncs of the decode loop in the last generate call
         # transformers >= 5.2x names the forward's cache argument `cache` (older: `past_key_values`)
         self._cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         self._closed = False
@@ -112,6 +140,7 @@ class HFRolloutEngine(RolloutEngine):
         per_chunk = max(1, self.max_batch_rows // n)
         samples: list[list[Sample]] = []
         engine_s = 0.0
+        self.host_syncs = 0
         with _eval_mode(self.model), without_autocast(self.model):  # decode in float32 (faster on CPU)
             for start in range(0, len(prompt_ids), per_chunk):
                 groups, fwd_s = self._generate_chunk(prompt_ids[start:start + per_chunk], n, sampling, gen,
@@ -124,6 +153,11 @@ class HFRolloutEngine(RolloutEngine):
                        meta={"backend": "hf", "seed": seed, "engine_s": engine_s})
 
     @torch.inference_mode()
+    def _to_host(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The decode loop's one way back from the device (a host sync on a GPU), counted."""
+        self.host_syncs += 1
+        return tuple(x.cpu() for x in tensors)
+
     def _generate_chunk(self, prompt_ids: list[list[int]], n: int, sp: SamplingConfig, gen: torch.Generator,
                         on_row: OnRow | None = None, row0: int = 0) -> tuple[list[list[Sample]], float]:
         """The chunk's groups, and the seconds spent in the model's forward passes."""
@@ -162,16 +196,19 @@ class HFRolloutEngine(RolloutEngine):
 
         rows = b * n
         t_max = sp.max_tokens
-        tokens = torch.full((rows, t_max), self.pad_token_id, dtype=torch.long)
+        tokens = torch.full((rows, t_max), self.pad_token_id, dtype=torch.long)  # host copies, filled at syncs
         logps = torch.zeros((rows, t_max), dtype=torch.float32)
         lengths = [0] * rows
         finish = ["length"] * rows
-        alive = torch.arange(rows)  # original row of each cache row
+        alive = torch.arange(rows)  # original row of each cache row (host)
         eos = torch.as_tensor(self.eos_token_ids, device=dev)
+        eos_host = torch.as_tensor(self.eos_token_ids)
         greedy = sp.temperature == 0
         stops = list(sp.stop)
         window = (max(len(s) for s in stops) + 3) if stops else 0
         final_text: list[str | None] = [None] * rows
+        # stop strings need the text, so they are checked on the host after every token
+        k = 1 if stops else self.sync_every
 
         def finished(r: int) -> None:  # row r is complete: its text, streamed to on_row
             text = self.tokenizer.decode(tokens[r, :lengths[r]].tolist(), skip_special_tokens=True)
@@ -179,39 +216,70 @@ class HFRolloutEngine(RolloutEngine):
             if on_row is not None:
                 on_row(row0 + r, final_text[r], finish[r])
 
+        t0 = 0  # first step of the current block of <= k steps (between two host syncs)
         for t in range(t_max):
+            j = t - t0
+            if j == 0:  # a new block: device buffers for its tokens, and its uniforms drawn at once
+                span = min(k, t_max - t)
+                n_cur = alive.numel()
+                live = torch.ones(n_cur, dtype=torch.bool, device=dev)  # not finished (EOS) yet
+                blk_tok = torch.empty((n_cur, span), dtype=torch.long, device=dev)
+                blk_lp = torch.empty((n_cur, span), dtype=torch.float32, device=dev)
+                if not greedy:
+                    rng_state = gen.get_state()
+                    u_blk = torch.rand(span * n_cur, generator=gen, dtype=torch.float64, device=dev)
+                    used = torch.zeros((), dtype=torch.long, device=dev)
             lprobs = sampling_logprobs(logits, sp.temperature, sp.top_k, sp.top_p)
-            tok = sample_tokens(lprobs, greedy, gen)
-            tok_lp = lprobs.gather(-1, tok[:, None]).squeeze(-1)
-            tok_cpu, lp_cpu = tok.cpu(), tok_lp.float().cpu()
-            tokens[alive, t] = tok_cpu
-            logps[alive, t] = lp_cpu
-            for r in alive.tolist():
-                lengths[r] = t + 1
-            done = torch.isin(tok, eos).cpu()
-            if stops:
-                cand = [k for k in range(alive.numel()) if not done[k]]
-                if cand:
-                    lo = max(0, t + 1 - window)
-                    texts = self.tokenizer.batch_decode(tokens[alive[cand], lo:t + 1].tolist())
-                    for k, txt in zip(cand, texts):
-                        if any(s in txt for s in stops):
-                            done[k] = True
-            for k in torch.nonzero(done).flatten().tolist():
-                finish[int(alive[k])] = "stop"
-                finished(int(alive[k]))
-            if t == t_max - 1:
-                break
-            keep = ~done
-            if not keep.any():
-                break
-            if done.any():  # drop finished rows from the cache and the batch
-                keep_idx = torch.nonzero(keep).flatten()
-                cache.batch_select_indices(keep_idx.to(dev))
-                alive = alive[keep_idx]
-                tok = tok[keep_idx.to(dev)]
-                attn = attn[keep_idx.to(dev)]
-                next_pos = next_pos[keep_idx.to(dev)]
+            if greedy:
+                tok = sample_tokens(lprobs, True, None)
+            else:
+                # the live rows take the block's next uniforms in row order, as if the finished rows had
+                # left the batch already (finished rows get some value: their tokens are discarded)
+                rank = torch.cumsum(live, 0) - 1
+                u = u_blk[(used + rank).clamp(min=0)]
+                used = used + live.sum()
+                tok = sample_tokens(lprobs, False, None, uniforms=u[:, None])
+            blk_tok[:, j] = tok
+            blk_lp[:, j] = lprobs.gather(-1, tok[:, None]).squeeze(-1)
+            live = live & ~(tok[:, None] == eos).any(-1)
+            if j == span - 1:  # sync: the block's tokens to the host, finished rows out
+                tok_h, lp_h = self._to_host(blk_tok, blk_lp)
+                tokens[alive, t0:t + 1] = tok_h
+                logps[alive, t0:t + 1] = lp_h
+                hit = torch.isin(tok_h, eos_host)
+                done = hit.any(1)
+                last_col = torch.where(done, hit.int().argmax(1), span - 1)  # a row's last token in the block
+                if stops:  # span == 1: the per-token stop-string check
+                    cand = [i for i in range(n_cur) if not done[i]]
+                    if cand:
+                        lo = max(0, t + 1 - window)
+                        texts = self.tokenizer.batch_decode(tokens[alive[cand], lo:t + 1].tolist())
+                        for i, txt in zip(cand, texts):
+                            if any(s in txt for s in stops):
+                                done[i] = True
+                ends = (t0 + last_col + 1).tolist()
+                for r, end in zip(alive.tolist(), ends):
+                    lengths[r] = end
+                if not greedy:  # the generator as a per-token loop leaves it: one uniform per live row and step
+                    gen.set_state(rng_state)
+                    torch.rand(sum(e - t0 for e in ends), generator=gen, dtype=torch.float64, device=dev)
+                for _, i in sorted((ends[i], i) for i in torch.nonzero(done).flatten().tolist()):
+                    finish[int(alive[i])] = "stop"  # in the order a per-token loop reports them
+                    finished(int(alive[i]))
+                if t == t_max - 1:
+                    break
+                keep = ~done
+                if not keep.any():
+                    break
+                if done.any():  # drop finished rows from the cache and the batch
+                    keep_idx = torch.nonzero(keep).flatten()
+                    keep_dev = keep_idx.to(dev)
+                    cache.batch_select_indices(keep_dev)
+                    alive = alive[keep_idx]
+                    tok = tok[keep_dev]
+                    attn = attn[keep_dev]
+                    next_pos = next_pos[keep_dev]
+                t0 = t + 1
             attn = torch.cat([attn, attn.new_ones((attn.shape[0], 1))], dim=1)
             out = forward(input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos[:, None])
             logits = out.logits[:, -1, :]

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from mathrl.algo.logprobs import logprobs_and_entropy_from_logits, logprobs_from_logits
 from mathrl.train.packing import (CacheCaller, PackedMicroBatch, make_packed_micro_batch, packed_policy_forward,
-                                  packed_value_forward, packing_supported)
+                                  packed_value_forward, packing_supported, to_device)
 
 
 @dataclass
@@ -103,12 +103,14 @@ def agreed_plan(plan: list[Tensor], group_size: int = 1) -> list[tuple[Tensor, b
 
 def make_micro_batch(prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, response_mask: Tensor,
                      rows: Tensor, device: torch.device | str = "cpu", group_size: int = 1,
-                     packed: bool = False) -> MicroBatch | PackedMicroBatch:
+                     packed: bool | str = False) -> MicroBatch | PackedMicroBatch:
     """The micro-batch of ``rows``: padded (``[prompt | response]`` per row, trimmed), or with
     ``packed`` and whole groups (``group_size > 1``) each group's responses packed into rows no wider
-    than the longest (:mod:`mathrl.train.packing`)."""
+    than the longest (:mod:`mathrl.train.packing`); ``packed="one_call"``: packed, prompt and bins in
+    one model call (what :func:`layout_choice` picks under ZeRO-3)."""
     if packed and group_size > 1:
-        return make_packed_micro_batch(prompt_ids, prompt_mask, response_ids, response_mask, rows, device, group_size)
+        return make_packed_micro_batch(prompt_ids, prompt_mask, response_ids, response_mask, rows, device, group_size,
+                                       one_call=packed == "one_call")
     if rows.numel() % max(1, group_size):
         raise ValueError(f"micro-batch of {rows.numel()} rows is not made of whole groups of {group_size}")
     pm, rm = prompt_mask[rows], response_mask[rows]
@@ -117,18 +119,28 @@ def make_micro_batch(prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tens
     pi = prompt_ids[rows][:, prompt_ids.shape[1] - P:]
     pm = pm[:, pm.shape[1] - P:]
     ri, rm = response_ids[rows][:, :T], rm[:, :T]
-    input_ids = torch.cat([pi, ri], 1).to(device)
-    attn = torch.cat([pm, rm], 1).to(device).long()
+    input_ids = to_device(torch.cat([pi, ri], 1), device)
+    attn = to_device(torch.cat([pm, rm], 1), device).long()
     pos = (attn.cumsum(1) - 1).clamp(min=0)
     return MicroBatch(rows=rows, input_ids=input_ids, attention_mask=attn, position_ids=pos,
-                      response_ids=ri.to(device), response_mask=rm.to(device).bool(), P=P, T=T,
+                      response_ids=to_device(ri, device), response_mask=to_device(rm, device).bool(), P=P, T=T,
                       group_size=max(1, group_size))
 
 
-def layout_choice(model, packing: bool) -> bool:
+def layout_choice(model, packing: bool) -> bool | str:
     """``packing`` where ``model`` can run the packed layout: its attention takes the 4D mask and
-    gradient checkpointing (which drops the prompt's cache) is off."""
-    return bool(packing) and packing_supported(model) and not _checkpointing(model)
+    gradient checkpointing (which drops the prompt's cache) is off. Under ZeRO-3 ``"one_call"`` (truthy):
+    the packed layout in one model call per micro-batch, since each call gathers all parameters
+    (mathrl/train/packing.py)."""
+    if not (bool(packing) and packing_supported(model) and not _checkpointing(model)):
+        return False
+    return "one_call" if packing == "one_call" or _zero3(model) else True
+
+
+def _zero3(model) -> bool:
+    """A DeepSpeed engine with ZeRO stage 3 (its forwards gather the partitioned parameters)."""
+    stage = getattr(model, "zero_optimization_stage", None)
+    return callable(stage) and stage() == 3
 
 
 def _unwrap(model):

@@ -28,6 +28,16 @@ position (as in the padded layout).
 
 Used where the padded layout shares the prompt (``group_size > 1``, no gradient checkpointing, which
 drops the cache) and the attention takes a 4D mask (``sdpa``, ``eager``; not ``flash_attention_2``).
+
+One call (``one_call=True``, chosen under ZeRO-3 by :func:`mathrl.train.forward.layout_choice`). The
+two passes above are two model calls, and ZeRO-3 gathers every layer's parameters in each call (and
+again in each call's backward). With ``one_call`` a group's prompt and its bins form one row
+``[prompt | bin 1 | ... | bin M]`` (``M`` = the most bins of any group; a group with fewer has empty,
+masked slots) under one 4D mask: the prompt block is causal over the real prompt tokens, each bin's
+block is the bin's mask above (its queries see the real prompt and their own response), and nothing
+crosses bins. Same logprobs, values and gradients as the two passes (to fp32 rounding; tested), one
+parameter gather per micro-batch; the price is attention over the whole row (``(P + M W)^2`` query-key
+pairs per group, some of them masked) instead of ``M W (P + W)``.
 """
 
 from __future__ import annotations
@@ -40,7 +50,7 @@ from torch import Tensor
 from mathrl.algo.logprobs import logprobs_and_entropy_from_logits, logprobs_from_logits
 
 __all__ = ["CacheCaller", "PackedMicroBatch", "bins_first_fit", "make_packed_micro_batch", "packed_policy_forward",
-           "packed_value_forward", "packing_supported"]
+           "packed_value_forward", "packing_supported", "to_device"]
 
 
 @dataclass
@@ -69,6 +79,14 @@ class PackedMicroBatch:
     group_size: int
     real_tokens: int        # prompt tokens (once per group) + response tokens
     slot_tokens: int        # R x P + nb x W: what the forward computes
+    # one call (``one_call=True``): each group's prompt and its bins in one row, ``M`` bin slots of ``W``
+    M: int = 0                         # bin slots per row (the most bins of any group)
+    row_ids: Tensor | None = None      # [R, P + M W] [prompt | slot 1 | ... | slot M]
+    row_pos: Tensor | None = None      # [R, P + M W]
+    row_mask: Tensor | None = None     # [R, 1, P + M W, P + M W] bool
+    slot_targets: Tensor | None = None  # [R M, W] ``targets`` by slot (empty slots: 0)
+    slot_valid: Tensor | None = None    # [R M, W] ``col_valid`` by slot (empty slots: False)
+    slot_of: Tensor | None = None       # [n] the slot of each response (``bin_of`` in the one-call layout)
 
 
 class CacheCaller:
@@ -86,6 +104,16 @@ class CacheCaller:
 
     def __call__(self, *, cache_kw, **kwargs):
         return self.model(**kwargs, **{self.kw: cache_kw})
+
+
+def to_device(x: Tensor, device) -> Tensor:
+    """``x`` on ``device``. A host tensor goes to a GPU through pinned memory without blocking: a plain
+    ``.to("cuda")`` of pageable memory waits for the device's queue to drain (a host sync per tensor,
+    several per micro-batch); the copy keeps its place in the stream, so the values are the same."""
+    device = torch.device(device)
+    if device.type == "cuda" and x.device.type == "cpu":
+        return x.pin_memory().to(device, non_blocking=True)
+    return x.to(device)
 
 
 def packing_supported(model) -> bool:
@@ -114,10 +142,11 @@ def bins_first_fit(lengths: list[int], width: int) -> list[list[int]]:
 
 
 def make_packed_micro_batch(prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, response_mask: Tensor,
-                            rows: Tensor, device: torch.device | str = "cpu", group_size: int = 1
-                            ) -> PackedMicroBatch:
+                            rows: Tensor, device: torch.device | str = "cpu", group_size: int = 1,
+                            one_call: bool = False) -> PackedMicroBatch:
     """Pack ``rows`` (whole groups: ``group_size`` consecutive rows share a prompt). Prompts are
-    left-padded (``prompt_mask``), responses right-padded (``response_mask``)."""
+    left-padded (``prompt_mask``), responses right-padded (``response_mask``). ``one_call``: also
+    the one-row-per-group layout (prompt and bins in one model call; see the module docstring)."""
     g = max(1, group_size)
     n = rows.numel()
     if n % g:
@@ -166,22 +195,59 @@ def make_packed_micro_batch(prompt_ids: Tensor, prompt_mask: Tensor, response_id
     own |= (q == 0) & torch.eye(W, dtype=torch.bool)[None]             # padding sees itself
     sees_prompt = p_mask.bool()[bin_group][:, None, :] & (q > 0)       # real queries see the real prompt
     mask = torch.cat([sees_prompt, own], 2)[:, None]                   # [nb, 1, W, P + W]
+    def dev(x: Tensor) -> Tensor:
+        return to_device(x, device)
+
+    extra = _one_call_layout(p_ids, p_mask, p_pos, layout, ids, pos, mask, targets, col_valid, bin_of, W) \
+        if one_call else {}
+    extra = {k: (to_device(v, device) if isinstance(v, Tensor) else v) for k, v in extra.items()}
     return PackedMicroBatch(
-        rows=rows, prompt_ids=p_ids.to(device), prompt_mask=p_mask.to(device), prompt_pos=p_pos.to(device),
-        bin_group=bin_group.to(device), ids=ids.to(device), pos=pos.to(device), attention_mask=mask.to(device),
-        targets=targets.to(device), col_valid=col_valid.to(device),
-        owner=torch.arange(R).repeat_interleave(g).to(device), bin_of=bin_of.to(device), take=take.to(device),
-        response_ids=response_ids[rows][:, :T].to(device), response_mask=rm[:, :T].to(device), P=P, W=W, T=T,
-        group_size=g, real_tokens=int(plen.sum()) + sum(rlen), slot_tokens=R * P + nb * W)
+        rows=rows, prompt_ids=dev(p_ids), prompt_mask=dev(p_mask), prompt_pos=dev(p_pos),
+        bin_group=dev(bin_group), ids=dev(ids), pos=dev(pos), attention_mask=dev(mask),
+        targets=dev(targets), col_valid=dev(col_valid),
+        owner=dev(torch.arange(R).repeat_interleave(g)), bin_of=dev(bin_of), take=dev(take),
+        response_ids=dev(response_ids[rows][:, :T]), response_mask=dev(rm[:, :T]), P=P, W=W, T=T,
+        group_size=g, real_tokens=int(plen.sum()) + sum(rlen), slot_tokens=R * P + nb * W, **extra)
 
 
-def _mask_for(model, mb: PackedMicroBatch) -> Tensor:
+def _one_call_layout(p_ids, p_mask, p_pos, layout, ids, pos, mask, targets, col_valid, bin_of, W) -> dict:
+    """The one-call rows ``[prompt | slot 1 | ... | slot M]`` of the bins ``layout`` (host tensors)."""
+    R, P = p_ids.shape
+    nb = len(layout)
+    count = [0] * R
+    slot = []
+    for r, _ in layout:
+        slot.append(count[r])
+        count[r] += 1
+    M = max(count)
+    L = P + M * W
+    slot_idx = torch.tensor([r * M + s for (r, _), s in zip(layout, slot)], dtype=torch.long)
+    s_ids = torch.zeros(R * M, W, dtype=ids.dtype)
+    s_pos = torch.zeros(R * M, W, dtype=torch.long)
+    s_tgt = torch.zeros(R * M, W, dtype=targets.dtype)
+    s_valid = torch.zeros(R * M, W, dtype=torch.bool)
+    s_ids[slot_idx], s_pos[slot_idx], s_tgt[slot_idx], s_valid[slot_idx] = ids, pos, targets, col_valid
+    row_ids = torch.cat([p_ids, s_ids.view(R, M * W)], 1)
+    row_pos = torch.cat([p_pos, s_pos.view(R, M * W)], 1)
+    real = p_mask.bool()
+    m = torch.zeros(R, L, L, dtype=torch.bool)
+    m[:, :P, :P] = torch.ones(P, P, dtype=torch.bool).tril() & real[:, None, :] & real[:, :, None]
+    m[:, torch.arange(L), torch.arange(L)] = True  # padding (prompt or empty slot) sees itself
+    for b in range(nb):
+        r, s = divmod(int(slot_idx[b]), M)
+        o = P + s * W
+        m[r, o:o + W, :P] = mask[b, 0, :, :P]
+        m[r, o:o + W, o:o + W] = mask[b, 0, :, P:]
+    return {"M": M, "row_ids": row_ids, "row_pos": row_pos, "row_mask": m[:, None], "slot_targets": s_tgt,
+            "slot_valid": s_valid, "slot_of": slot_idx[bin_of]}
+
+
+def _mask_for(model, mask: Tensor) -> Tensor:
     m = getattr(model, "module", model)
     if getattr(getattr(m, "config", None), "_attn_implementation", None) == "eager":  # additive float mask
         dtype = next(m.parameters()).dtype
-        return torch.zeros(mb.attention_mask.shape, dtype=dtype, device=mb.attention_mask.device).masked_fill(
-            ~mb.attention_mask, torch.finfo(dtype).min)
-    return mb.attention_mask
+        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
+    return mask
 
 
 def _two_passes(model, mb: PackedMicroBatch, kw: dict):
@@ -193,15 +259,22 @@ def _two_passes(model, mb: PackedMicroBatch, kw: dict):
     first = call(input_ids=mb.prompt_ids, attention_mask=mb.prompt_mask, position_ids=mb.prompt_pos,
                  use_cache=True, **kw, cache_kw=cache)
     cache.batch_select_indices(mb.bin_group)  # differentiable: every bin's gradient reaches its prompt
-    rest = call(input_ids=mb.ids, attention_mask=_mask_for(model, mb), position_ids=mb.pos, use_cache=True,
-                cache_kw=cache)
+    rest = call(input_ids=mb.ids, attention_mask=_mask_for(model, mb.attention_mask), position_ids=mb.pos,
+                use_cache=True, cache_kw=cache)
     return first, rest
+
+
+def _one_call(model, mb: PackedMicroBatch, kw: dict):
+    """The prompts and their bins in one call (the rows ``mb.row_ids``)."""
+    return model(input_ids=mb.row_ids, attention_mask=_mask_for(model, mb.row_mask), position_ids=mb.row_pos,
+                 use_cache=False, **kw)
 
 
 def _assemble(mb: PackedMicroBatch, cols: Tensor, first: Tensor) -> Tensor:
     """Per-response ``[n, T]`` values: token 0 from ``first`` ``[n]``, tokens t >= 1 from the bins'
-    columns ``cols`` ``[nb, W]``."""
-    out = cols[mb.bin_of[:, None], mb.take]
+    columns ``cols`` ``[nb, W]`` (one call: the slots' columns ``[R M, W]``)."""
+    where = mb.slot_of if mb.row_ids is not None else mb.bin_of
+    out = cols[where[:, None], mb.take]
     out = torch.cat([first[:, None], out[:, 1:]], 1)
     return torch.where(mb.response_mask, out, torch.zeros_like(out))
 
@@ -210,23 +283,34 @@ def packed_policy_forward(model, mb: PackedMicroBatch, *, temperature: float = 1
                           ) -> tuple[Tensor, Tensor | None]:
     """Per-token logprobs ``[n, T]`` (0 at padding), and optionally entropies, as
     :func:`mathrl.train.forward.policy_forward` returns them for the padded layout."""
-    first, rest = _two_passes(model, mb, {"logits_to_keep": 1})
-    logits = rest.logits                                          # [nb, W, V]
-    first_logits = first.logits[:, -1:][mb.owner]                 # [n, 1, V]: each prompt's last position
+    if mb.row_ids is not None:  # one call: the prompt's last position, then the M W slot columns
+        out = _one_call(model, mb, {"logits_to_keep": mb.M * mb.W + 1})
+        logits = out.logits[:, 1:]                                # [R, M W, V]
+        first_logits = out.logits[:, :1][mb.owner]                # [n, 1, V]
+        targets, valid = mb.slot_targets.view(logits.shape[:2]), mb.slot_valid.view(logits.shape[:2])
+    else:
+        first, rest = _two_passes(model, mb, {"logits_to_keep": 1})
+        logits = rest.logits                                      # [nb, W, V]
+        first_logits = first.logits[:, -1:][mb.owner]             # [n, 1, V]: each prompt's last position
+        targets, valid = mb.targets, mb.col_valid
+    cols = (-1, mb.W)  # per bin (slot) columns
     first_ids = mb.response_ids[:, :1]
     ones = torch.ones_like(first_ids, dtype=torch.bool)
     if with_entropy:
-        lp, ent = logprobs_and_entropy_from_logits(logits, mb.targets, mb.col_valid, temperature=temperature)
+        lp, ent = logprobs_and_entropy_from_logits(logits, targets, valid, temperature=temperature)
         lp0, ent0 = logprobs_and_entropy_from_logits(first_logits, first_ids, ones, temperature=temperature)
-        return _assemble(mb, lp, lp0[:, 0]), _assemble(mb, ent, ent0[:, 0])
-    lp = logprobs_from_logits(logits, mb.targets, mask=mb.col_valid, temperature=temperature)
+        return _assemble(mb, lp.view(cols), lp0[:, 0]), _assemble(mb, ent.view(cols), ent0[:, 0])
+    lp = logprobs_from_logits(logits, targets, mask=valid, temperature=temperature)
     lp0 = logprobs_from_logits(first_logits, first_ids, mask=ones, temperature=temperature)
-    return _assemble(mb, lp, lp0[:, 0]), None
+    return _assemble(mb, lp.view(cols), lp0[:, 0]), None
 
 
 def packed_value_forward(critic, mb: PackedMicroBatch) -> Tensor:
     """Critic values ``[n, T]`` of the states before each response token (0 at padding)."""
     m = getattr(critic, "module", critic)
+    if mb.row_ids is not None:  # one call
+        v = m.value_head(_one_call(m.backbone, mb, {}).last_hidden_state).squeeze(-1).float()  # [R, P + M W]
+        return _assemble(mb, v[:, mb.P:].reshape(-1, mb.W), v[:, mb.P - 1][mb.owner])
     first, rest = _two_passes(m.backbone, mb, {})
     v_bins = m.value_head(rest.last_hidden_state).squeeze(-1).float()               # state after column c
     v_first = m.value_head(first.last_hidden_state[:, -1]).squeeze(-1).float()[mb.owner]  # before token 0

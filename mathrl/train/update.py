@@ -14,7 +14,7 @@ from mathrl.algo.correction import mismatch_stats, tis_weights
 from mathrl.algo.losses import POLICY_LOSSES, agg_loss, value_loss
 from mathrl.config import Config
 from mathrl.train.engines import all_ranks_ok, device, discard_gradients
-from mathrl.train.forward import layout_choice, make_micro_batch, policy_forward, value_forward
+from mathrl.train.forward import layout_choice, make_micro_batch, policy_forward, to_device, value_forward
 from mathrl.train.models import GradGuard
 
 
@@ -57,8 +57,23 @@ def finite(x: torch.Tensor) -> bool:
     return bool(torch.isfinite(x).all())
 
 
-def _acc(stats_acc: dict[str, list[float]], key: str, value) -> None:
-    stats_acc.setdefault(key, []).append(float(value))
+def _acc(stats_acc: dict[str, list], key: str, value) -> None:
+    """Append a statistic; a tensor stays on its device (no host sync per micro-batch) until
+    :func:`host_stats` reads them all back at once."""
+    stats_acc.setdefault(key, []).append(value.detach() if isinstance(value, torch.Tensor) else float(value))
+
+
+def host_stats(stats_acc: dict[str, list]) -> dict[str, list[float]]:
+    """``stats_acc`` with every value a float: the tensors read back in one transfer per device
+    (float64, so each equals ``float(tensor)``)."""
+    by_dev: dict[torch.device, list[torch.Tensor]] = {}
+    for vals in stats_acc.values():
+        for v in vals:
+            if isinstance(v, torch.Tensor):
+                by_dev.setdefault(v.device, []).append(v.reshape(()).to(torch.float64))
+    host = {dev: iter(torch.stack(ts).tolist()) for dev, ts in by_dev.items()}
+    return {k: [next(host[v.device]) if isinstance(v, torch.Tensor) else v for v in vals]
+            for k, vals in stats_acc.items()}
 
 
 def skip_or_step(engine, guard: GradGuard | None, problem: str | None, what: str, step: int) -> str | None:
@@ -113,10 +128,10 @@ def update_policy(cfg: Config, dist, models, tb: TrainBatch, plan, norms, stats_
         logp, ent = policy_forward(engine, mb, temperature=sampling_temperature(r), with_entropy=True)
         m = mb.response_mask
         if tb.loss_mask is not None:
-            m = m & tb.loss_mask[rows, : mb.T].to(m.device)
-        adv = tb.advantages[rows, : mb.T].to(logp.device)
-        old = old_logp[rows, : mb.T].to(logp.device) if old_logp is not None else logp.detach()
-        sampler = batch.logprobs[rows, : mb.T].to(logp.device)
+            m = m & to_device(tb.loss_mask[rows, : mb.T], m.device)
+        adv = to_device(tb.advantages[rows, : mb.T], logp.device)
+        old = to_device(old_logp[rows, : mb.T], logp.device) if old_logp is not None else logp.detach()
+        sampler = to_device(batch.logprobs[rows, : mb.T], logp.device)
         weights = None
         if a.tis_cap is not None:  # the rollout engine's distribution differs from the trainer's
             weights, tis_st = tis_weights(old, sampler, m, a.tis_cap, a.tis_level)
@@ -132,7 +147,7 @@ def update_policy(cfg: Config, dist, models, tb: TrainBatch, plan, norms, stats_
         loss = pg_loss
         kl_loss = None
         if ref_logp is not None and cfg.kl_in == "loss":
-            kl_tok = kl_mod.estimate(logp, ref_logp[rows, : mb.T].to(logp.device), cfg.kl_estimator)
+            kl_tok = kl_mod.estimate(logp, to_device(ref_logp[rows, : mb.T], logp.device), cfg.kl_estimator)
             kl_loss = agg_loss(kl_tok, m, **agg)
             loss = loss + a.kl_coef * kl_loss
         if a.entropy_coef > 0:
@@ -147,10 +162,12 @@ def update_policy(cfg: Config, dist, models, tb: TrainBatch, plan, norms, stats_
             if i == n_real - 1 and fault("loss", step):  # after the other micro-batches' backward
                 loss = loss * float("nan")
             where = f"micro-batch {i + 1} of {n_real}"
-            if problem is None and not finite(logp):
-                problem = f"policy logprobs are NaN/inf ({where})"
-            elif problem is None and not finite(loss):
-                problem = f"policy loss is {float(loss.detach())} ({where})"
+            # one host sync for both checks; which one failed is looked up only when one did
+            if problem is None and not bool(torch.isfinite(logp).all() & torch.isfinite(loss.detach()).all()):
+                if not finite(logp):
+                    problem = f"policy logprobs are NaN/inf ({where})"
+                else:
+                    problem = f"policy loss is {float(loss.detach())} ({where})"
         # DeepSpeed averages gradients over ranks; the loss already carries the global normaliser.
         weight = float(dist.world_size) if real and problem is None else 0.0
         engine.backward(loss * weight, scale_wrt_gas=False)
@@ -174,7 +191,8 @@ def update_critic(cfg: Config, dist, models, tb: TrainBatch, plan, norms, stats_
                               device(), group_share(cfg), packed(cfg, engine))
         v = value_forward(engine, mb)
         m = mb.response_mask
-        loss, st = value_loss(v, tb.old_values[rows, : mb.T].to(v.device), tb.returns[rows, : mb.T].to(v.device),
+        loss, st = value_loss(v, to_device(tb.old_values[rows, : mb.T], v.device),
+                              to_device(tb.returns[rows, : mb.T], v.device),
                               m, clip=a.value_clip or None, agg=a.loss_agg, norm_tokens=norms.tokens,
                               norm_seqs=norms.seqs, norm_const=tb.norm_const)  # value_clip 0 = no clipping
         if real:
@@ -223,7 +241,7 @@ def step_metrics(cfg: Config, sampled, tb: TrainBatch, stats_acc: dict[str, list
         sampler_logp = batch.logprobs if old_logp is None else old_logp
         kl = kl_mod.estimate(sampler_logp, ref_logp, cfg.kl_estimator)
         out["kl/mean"] = float((kl * mask).sum() / mask.sum().clamp(min=1))
-    for k, v in stats_acc.items():
+    for k, v in host_stats(stats_acc).items():
         vals = [x for x in v if math.isfinite(x)]
         if not vals:
             continue

@@ -36,8 +36,8 @@ import torch
 from mathrl.testing.tiny import build_tiny_model, build_tiny_qwen2_model
 from mathrl.models.value_head import ValueModel
 from mathrl.procs import DIST_ENV_VARS
-from mathrl.train.forward import (batch_logprobs, batch_values, make_micro_batch, plan_micro_batches,
-                                  policy_forward, value_forward)
+from mathrl.train.forward import (batch_logprobs, batch_values, layout_choice, make_micro_batch,
+                                  plan_micro_batches, policy_forward, value_forward)
 from mathrl.train.packing import make_packed_micro_batch
 
 VOCAB = 256
@@ -218,8 +218,9 @@ def test_batch_shape_is_what_the_reference_needs(batch):
 
 PACKED = functools.partial(make_micro_batch, packed=True)
 # (group size, packed): padded rows alone, padded with a shared prompt, the shared prompt with each
-# group's responses packed into bins (mathrl/train/packing.py)
-LAYOUTS = {"plain": (1, False), "shared": (G, False), "packed": (G, True)}
+# group's responses packed into bins (mathrl/train/packing.py), and the same in one model call per
+# micro-batch (ZeRO-3's layout)
+LAYOUTS = {"plain": (1, False), "shared": (G, False), "packed": (G, True), "one_call": (G, "one_call")}
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
@@ -229,11 +230,35 @@ def test_policy_forward_matches_row_alone_reference(batch, arch, attn, layout):
     gs, packed = LAYOUTS[layout]
     ref_lp, ref_ent, ref_grads = _policy_reference(arch, attn, batch)
     model = _model(arch, attn).train()
-    lp, ent, grads = _mathrl_policy(model, batch, gs, builder=PACKED if packed else make_micro_batch)
+    lp, ent, grads = _mathrl_policy(model, batch, gs, builder=functools.partial(make_micro_batch, packed=packed)
+                                    if packed else make_micro_batch)
     d_lp = _compare_rows(lp, ref_lp, batch, f"{arch}/{attn}/gs={gs} logprobs")
     d_ent = _compare_rows(ent, ref_ent, batch, f"{arch}/{attn}/gs={gs} entropies")
     d_grad = _compare_grads(grads, ref_grads, f"{arch}/{attn}/gs={gs}")
     _report(f"policy {arch}/{attn}/gs={gs}", logp=d_lp, entropy=d_ent, grad=d_grad)
+
+
+@pytest.mark.parametrize("layout,calls", [("shared", 2), ("packed", 2), ("one_call", 1)])
+def test_model_calls_per_micro_batch(batch, layout, calls):
+    """Forward calls per micro-batch of the shared-prompt layouts (policy and critic): the prompt pass
+    and the response pass, or one call (ZeRO-3 gathers the parameters once per call, issue 37 point 9)."""
+    gs, packed = LAYOUTS[layout]
+    model = _model("llama", "sdpa").train()
+    critic = _critic("llama", "sdpa")
+    for net, body in ((model, model.model), (critic, critic.backbone)):
+        seen = []
+        hook = body.register_forward_pre_hook(lambda *_: seen.append(1))
+        try:
+            for rows in _plan(batch, gs):
+                mb = make_micro_batch(batch.pids, batch.pmask, batch.rids, batch.rmask, rows, "cpu", gs, packed)
+                seen.clear()
+                if net is model:
+                    policy_forward(model, mb, temperature=TEMP, with_entropy=True)[0].sum().backward()
+                else:
+                    value_forward(critic, mb).sum().backward()
+                assert len(seen) == calls, (layout, type(net).__name__, len(seen))
+        finally:
+            hook.remove()
 
 
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
@@ -414,6 +439,10 @@ def test_deepspeed_engine_matches_row_alone_reference(batch, process_group, arch
                           world_size=1)
     if stage == 3:  # the parameters really are partitioned: forwards gather them
         assert any(p.numel() == 0 for p in engine.module.parameters())
+    layout = layout_choice(engine, packed)  # ZeRO-3 packs in one call per micro-batch
+    assert layout == ("one_call" if packed and stage == 3 else packed)
+    calls = []
+    engine.module.register_forward_pre_hook(lambda *_: calls.append(1))
     diffs = {}
     for gs in (1, G):
         with torch.no_grad():
@@ -423,8 +452,10 @@ def test_deepspeed_engine_matches_row_alone_reference(batch, process_group, arch
     # policy_forward(engine, mb) with gradients, as the trainer runs it (one backward per micro-batch)
     lp_full, ent_full = torch.zeros(batch.rids.shape), torch.zeros(batch.rids.shape)
     for rows in _plan(batch, G):
-        mb = make_micro_batch(batch.pids, batch.pmask, batch.rids, batch.rmask, rows, "cpu", G, packed)
+        mb = make_micro_batch(batch.pids, batch.pmask, batch.rids, batch.rmask, rows, "cpu", G, layout)
+        calls.clear()
         lp, ent = policy_forward(engine, mb, temperature=TEMP, with_entropy=True)
+        assert len(calls) == (1 if layout == "one_call" else 2), (layout, len(calls))
         loss = (batch.w_lp[rows, : mb.T] * lp).sum() + (batch.w_ent[rows, : mb.T] * ent).sum()
         engine.backward(loss, scale_wrt_gas=False)
         lp_full[rows, : mb.T], ent_full[rows, : mb.T] = lp.detach(), ent.detach()
