@@ -14,25 +14,31 @@ tokenizer that fits it, bf16; ``--device cpu``: 2 layers of width 64, vocabulary
 * ``env``: the packages, versions, the device;
 * ``algo``: every estimator, KL estimator and loss of ``mathrl.algo`` on the device vs CPU (float64);
 * ``model``: the random model, the training and held-out problem files;
+* ``memory``: the memory guard's activation estimate (mathrl/train/memory.py) against the measured peak
+  (``torch.cuda.max_memory_allocated``) of one micro-batch's forward and backward (the trainer's own
+  ``policy_forward``) at three shapes;
+* ``grad_accum``: 16 micro-batch gradients of the bf16 model accumulated in bf16 and in fp32 (the two
+  settings of DeepSpeed's ``data_types.grad_accum_dtype``, done here with torch), each against the
+  float64 model's accumulated gradient;
+* ``eval``: ``mathrl eval`` with the hf backend; on CUDA it fails when the engine did not run on the GPU;
 * ``zero3_deepspeed``: ``deepspeed --num_gpus 1 --module mathrl.cli train`` (scripts/launch_1gpu.sh's
   launch), GRPO under ZeRO-3 with gradient checkpointing, 3 steps, checkpoints at steps 2 and 3, and a NaN
   injected into step 2's loss (``MATHRL_FAULT=nan@loss@2``, mathrl/train/faults.py): step 2 must be
   skipped and step 3 must train;
 * ``kill_resume``: the same run under ``torchrun --nproc_per_node 1 -m mathrl.cli train``, its launcher's
-  process group SIGKILLed once step 2's checkpoint is complete, then ``--resume auto``: step 3's weights
-  and the logged metrics (less ``time/``, ``throughput/``, ``sys/``) must equal the uninterrupted run's
-  bit for bit;
+  process group (and every descendant) SIGKILLed once step 2's checkpoint is complete, then ``--resume
+  auto``: step 3's weights and the logged metrics (less ``time/``, ``throughput/``, ``sys/``) must equal
+  the uninterrupted run's bit for bit;
 * ``lora_zero3``: LoRA adapters (``model.lora``) under ZeRO-3 (torchrun, as the runs below);
-* ``memory``: the memory guard's activation estimate (mathrl/train/memory.py) against the measured peak
-  (``torch.cuda.max_memory_allocated``) of one micro-batch's forward and backward at three shapes;
 * ``ballast``: a tensor standing for vLLM's share of the GPU allocated before a run: the run's fitted
   ``train.micro_batch_tokens`` (``sys/`` metrics) must drop below the whole mini-batch, without OOM;
-* ``grad_accum``: bf16 vs fp32 accumulation of 16 micro-batch gradients (what DeepSpeed's
-  ``data_types.grad_accum_dtype`` selects) against a float64 reference;
-* ``eval``: ``mathrl eval`` with the hf backend; on CUDA it fails when the engine did not run on the GPU;
 * ``bench``: ``scripts/bench_gpu.py`` (update tokens/s and MFU, generation tokens/s of mathrl's hf
   engine vs plain ``model.generate``);
 * ``offload``: ZeRO-2 with the optimizer offloaded to the CPU, last, only when the budget has room.
+
+The cheap in-process measurements come first, so a slow training run cannot crowd them out. Training
+runs read the problem files through ``data.source=jsonl``; random weights rarely answer right, so the
+rollouts stop at a filler word at random lengths and DAPO's length term gives the groups reward variance.
 
 ``--device cpu`` runs every step's code path with tiny shapes, float32 and gloo, through the same
 launchers (both work on CPU); the CI test tests/bench/test_gpu_check.py runs it. ``--preflight`` only
@@ -55,7 +61,6 @@ import subprocess
 import sys
 import time
 import traceback
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,6 +68,12 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # mathrl from this working tree (not installed on the GPU machine)
     sys.path.insert(0, str(REPO))
 from mathrl.procs import DIST_ENV_VARS, child_pids, without_dist_env  # noqa: E402  (stdlib only)
+
+#: this interpreter, named through the real path of its environment (with a symlinked virtualenv the
+#: launchers' workers, started from the console scripts' shebangs, would otherwise see other paths, and
+#: DeepSpeed's JIT-built ops, e.g. gloo's shared-memory collectives, other include paths: each would rebuild)
+_PY = Path(os.path.realpath(sys.prefix)) / "bin" / Path(sys.executable).name
+PYTHON = str(_PY) if _PY.is_file() else sys.executable
 
 #: import name -> pip distribution (what the wheelhouse carries when the image lacks it)
 NEEDED = {
@@ -277,10 +288,6 @@ def step_env(ctx: Ctx, **extra) -> dict:
     env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env.update(TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
     env.setdefault("OMP_NUM_THREADS", "8" if ctx.cuda else "1")
-    # DeepSpeed JIT-builds ops (gloo's shared-memory collectives on CPU, CPUAdam for offload) into this folder;
-    # one per interpreter, so that environments sharing a home folder do not rebuild each other's
-    env.setdefault("TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "torch_extensions" /
-                                               f"gpu_check-{zlib.crc32(sys.prefix.encode()):08x}"))
     if not ctx.cuda:
         env["DS_ACCELERATOR"] = "cpu"
     env.update(extra)
@@ -295,11 +302,11 @@ def _free_port() -> int:
 
 def _console_script(name: str, module: str) -> list[str]:
     """``name`` beside this Python (where pip put it), else on PATH, else ``python -m module``."""
-    here = Path(sys.executable).parent / name
+    here = Path(PYTHON).parent / name
     if here.is_file():
         return [str(here)]
     found = shutil.which(name)
-    return [found] if found else [sys.executable, "-m", module]
+    return [found] if found else [PYTHON, "-m", module]
 
 
 def launcher_cmd(kind: str, argv: list[str]) -> list[str]:
@@ -793,6 +800,14 @@ def step_eval(ctx: Ctx) -> dict:
 
     out = ctx.work / "eval"
     shutil.rmtree(out, ignore_errors=True)
+    plots = "written"
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:  # a bare GPU image: mathrl eval's PNG plots would stop it after the numbers are in
+        import mathrl.eval.report as eval_report
+
+        eval_report.write_plots = lambda out_dir, summary: []
+        plots = "skipped (matplotlib is not installed)"
     argv = ["eval", "--model", str(ctx.model), "--benchmarks", f"gsm8k={ctx.work / 'data' / 'test.jsonl'}",
             "--n", "4", "--k", "1,4", "--max-tokens", "32" if ctx.cuda else "6", "--limit", "16" if ctx.cuda else "4",
             "--backend", "hf", "--template", "chat_boxed", "--out", str(out),
@@ -801,14 +816,13 @@ def step_eval(ctx: Ctx) -> dict:
     rc = mathrl_main(argv)
     s = time.perf_counter() - t0
     summary = out / "summary.json"
-    res = {"rc": rc, "seconds": round(s, 1), "summary_written": summary.is_file()}
-    text = summary.read_text() if summary.is_file() else ""
-    res["summary_mentions_device"] = [d for d in ("cuda", "cpu") if f'"{d}' in text]
+    res = {"rc": rc, "seconds": round(s, 1), "summary_written": summary.is_file(), "plots": plots}
+    res["devices_recorded"] = _device_values(json.loads(summary.read_text())) if summary.is_file() else []
     weights = sum(f.stat().st_size for f in ctx.model.glob("*.safetensors"))
     if ctx.cuda:
         peak = torch.cuda.max_memory_allocated() if torch.cuda.is_initialized() else 0
         res["cuda_peak_gib"] = peak / 2 ** 30
-        res["on_gpu"] = peak >= 0.9 * weights and "cpu" not in res["summary_mentions_device"]
+        res["on_gpu"] = peak >= 0.9 * weights and all(d.startswith("cuda") for d in res["devices_recorded"])
         res["ok"] = bool(rc == 0 and res["summary_written"] and res["on_gpu"])
         where = f"CUDA peak of the eval process {peak / 2 ** 30:.2f} GiB (weights {weights / 2 ** 30:.2f} GiB)"
     else:
@@ -818,9 +832,24 @@ def step_eval(ctx: Ctx) -> dict:
     return res
 
 
+def _device_values(obj) -> list[str]:
+    """Every value recorded under a key naming a device (``device``, ``engine_device``, ...) in a JSON tree."""
+    found = []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if "device" in str(k).lower() and isinstance(v, str):
+                found.append(v)
+            else:
+                found += _device_values(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            found += _device_values(v)
+    return found
+
+
 def step_bench(ctx: Ctx) -> dict:
     out = ctx.work / "bench_gpu.json"
-    cmd = [sys.executable, str(REPO / "scripts" / "bench_gpu.py"), "--out", str(out)]
+    cmd = [PYTHON, str(REPO / "scripts" / "bench_gpu.py"), "--out", str(out)]
     cmd += ["--warmup", "1", "--steps", "2", "--gen-tokens", "64"] if ctx.cuda else ["--smoke"]
     log = ctx.work / "logs" / "bench.log"
     rc, s = launch(ctx, cmd, log, 600)
@@ -901,17 +930,16 @@ def run_step(step: Step, ctx: Ctx, limit: float) -> dict:
     log = ctx.work / "logs" / f"step-{step.name}.log"
     result = ctx.work / "results" / f"{step.name}.json"
     result.unlink(missing_ok=True)
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--step", step.name, "--device", ctx.device,
+    cmd = [PYTHON, str(Path(__file__).resolve()), "--step", step.name, "--device", ctx.device,
            "--out-dir", str(ctx.out)]
     rc, s = launch(ctx, cmd, log, limit)
     if result.is_file():
         details = json.loads(result.read_text())
     else:
-        details = {"summary": f"timed out after {limit:.0f} s" if rc == 124 else f"exit {rc} without a result",
-                   "log_tail": tail(log)}
+        details = {"summary": f"exit {rc} without a result", "log_tail": tail(log)}
     ok = bool(details.pop("ok", False)) and rc == 0
     if rc == 124:
-        ok, details["summary"] = False, f"timed out after {limit:.0f} s (its limit); " + details.get("summary", "")
+        ok, details["summary"] = False, f"timed out after {limit:.0f} s (its limit)"
     return {"name": step.name, "title": step.title, "ok": ok, "seconds": round(s, 1), "budget_s": step.est_s,
             "limit_s": limit, "details": details}
 
@@ -982,7 +1010,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="cuda: 0.5B-shaped model, bf16, NCCL; cpu: tiny shapes, float32, gloo (CI)")
     ap.add_argument("--out-dir", default="runs/gpu_check", help="gpu_check.jsonl, gpu_check.md and work/")
     ap.add_argument("--budget-s", type=float, default=None,
-                    help="time budget of the steps (default 390 s on cuda, 900 s on cpu); a step whose estimate "
+                    help="time budget of the steps (default 390 s on cuda, 1200 s on cpu); a step whose estimate "
                          "does not fit in what is left is recorded as 'skipped: budget'")
     ap.add_argument("--only", default=None, help="comma list of steps to run (default: all, in order): "
                     + ",".join(s.name for s in STEPS))
@@ -1014,7 +1042,7 @@ def main(argv=None) -> int:
             return 3
         print("gpu_check: imports ok: " + ", ".join(f"{m} {v}" for m, v in found.items()), flush=True)
         return 0
-    budget = args.budget_s if args.budget_s is not None else (390.0 if ctx.cuda else 900.0)
+    budget = args.budget_s if args.budget_s is not None else (390.0 if ctx.cuda else 1200.0)
     names = args.only.split(",") if args.only else [s.name for s in STEPS]
     unknown = [n for n in names if n not in BY_NAME]
     if unknown:
