@@ -1,15 +1,26 @@
 #!/usr/bin/env bash
-# The GPU check, in one command (under 8 minutes on one H200):
+# The GPU check, in one command (at most 7 minutes on one H200, machine start-up aside):
 #
 #   bash scripts/gpu_check.sh                      # on the GPU machine, repo root; device tool: carry gpu_wheels
-#   bash scripts/gpu_check.sh --device cpu --out-dir /tmp/gc    # the same path on CPU, tiny shapes (CI)
+#   bash scripts/gpu_check.sh --device cpu --out-dir /tmp/gc    # every step's code path on CPU, tiny shapes (CI)
+#   python scripts/gpu_check.py --report-only --out-dir DIR     # the table again from DIR/gpu_check.jsonl
 #
 # 1. installs the wheelhouse gpu_wheels/ (built beforehand by scripts/gpu_wheelhouse.sh): offline,
 #    no dependencies resolved, only the packages this Python lacks (typing_extensions also when older);
-# 2. runs scripts/gpu_check.py with the arguments given: imports, mathrl.algo on CUDA, GRPO (3 steps)
-#    and PPO (2 steps) through DeepSpeed ZeRO 0/2/3 over NCCL with the hf rollout backend on random
-#    Qwen2.5-0.5B/1.5B-shaped models in bf16, a save and a resume, and scripts/bench_gpu.py;
-#    it writes <out-dir>/gpu_check.json and gpu_check.md (default out-dir: runs/gpu_check).
+# 2. runs scripts/gpu_check.py with the arguments given. Each step runs in its own subprocess under its
+#    own wall-clock limit and appends one JSON line (name, ok, seconds, details) to
+#    <out-dir>/gpu_check.jsonl as it ends (default out-dir: runs/gpu_check), so a run cut off still
+#    reports; a step whose estimate does not fit in what is left of --budget-s (default 390 s) is
+#    recorded as 'skipped: budget'. Steps, on a random Qwen2.5-0.5B-shaped model with an 8192-token
+#    vocabulary in bf16: packages; mathrl.algo on CUDA vs CPU; GRPO under ZeRO-3 through
+#    `deepspeed --num_gpus 1 --module mathrl.cli train` with gradient checkpointing and a NaN step that
+#    must be skipped; the same run under `torchrun --nproc_per_node 1 -m mathrl.cli train` SIGKILLed
+#    after its step-2 checkpoint and resumed (--resume auto), bitwise against the uninterrupted run;
+#    LoRA under ZeRO-3; the memory guard's estimate vs torch.cuda.max_memory_allocated at 3 shapes; a
+#    run beside a ballast tensor (vLLM's share): its fitted micro-batch budget must drop, no OOM; bf16
+#    vs fp32 accumulation of 16 micro-batch gradients vs float64; `mathrl eval` (hf) on the GPU;
+#    scripts/bench_gpu.py; last, if time is left, ZeRO-2 with the optimizer offloaded.
+#    gpu_check.md (the table) is rebuilt from the JSONL at the end.
 #
 # Environment: PYTHON (default: python3, else python), WHEELHOUSE (default: gpu_wheels).
 # Exit status: 0 all passed, 1 a check failed, 2 no GPU, 3 packages missing and no wheelhouse.

@@ -10,7 +10,7 @@
 #     annotated-types, typing-inspection, and typing_extensions new enough for pydantic);
 #   * math-verify and its parser: latex2sympy2_extended, antlr4-python3-runtime 4.13.2.
 #
-# Not carried (measured with `python scripts/gpu_check.py --device cpu`, whose JSON lists every
+# Not carried (measured with `python scripts/gpu_check.py --device cpu`, whose env step lists every
 # distribution the check imported): datasets/pyarrow (~40 MiB; only the hub/parquet readers use them,
 # the check trains on its own problem list), tensorboard (the check turns it off), matplotlib (the
 # check skips the reward plot when it is absent), rich, gguf (only the embedded model needs it).
