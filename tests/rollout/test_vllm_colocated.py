@@ -175,19 +175,20 @@ def test_colocated_sleep_between_steps_is_refused_by_vllm_cpu(digit_task, tmp_pa
 
 
 def test_colocated_two_ranks_each_with_its_own_engine(digit_task, tmp_path):
-    """Two ranks under torchrun (DeepSpeed on gloo), each with its own in-process engine: on CPU
-    `build_llm_kwargs` keeps vLLM's default (uniproc) executor, which joins the trainer's already
-    initialised world of two as a data-parallel replica (vLLM logs "rank r in world size 2 is assigned
-    as DP rank 0"). Each rank gets every update and samples with it."""
+    """Two ranks under torchrun (DeepSpeed on gloo), each with its own in-process engine built, as on
+    GPUs, with ``distributed_executor_backend="external_launcher"`` and its rank's ``RANK`` /
+    ``LOCAL_RANK`` / ``WORLD_SIZE`` (TRL's colocate mode): vLLM joins the trainer's gloo world as two
+    data-parallel replicas. Each rank gets every update and samples with it."""
     out = tmp_path / "two"
     rc, log, _pid = launch(out, _overrides(digit_task), ranks=2, timeout=900)
     assert rc == 0, log[-6000:]
     engines = [_engine(out, r) for r in (0, 1)]
     assert engines[0]["pid"] != engines[1]["pid"], engines  # one engine per rank process
-    for eng in engines:
+    for rank, eng in enumerate(engines):
         assert eng["mode"] == "inprocess" and eng["engine_class"] == "mathrl.rollout.vllm_core.VLLMCore", eng
-        assert eng["info"]["executor"] == "default" and eng["weight_loader"] == "reload_weights", eng
-    assert "in world size 2" in log, log[-3000:]
+        assert eng["info"]["executor"] == "external_launcher" and eng["weight_loader"] == "reload_weights", eng
+        assert eng["llm_kwargs"]["seed"] == rank, eng  # engine seed + rank, as on GPU (TP 1)
+    assert "rank 0 in world size 2" in log, log[-3000:]  # vLLM joined the trainer's world (it logs on rank 0)
     steps = _steps(out)
     assert [s["step"] for s in steps] == [1, 2, 3]
     # sampler vs trainer logprobs of the logged step rows, as in the one-rank test
