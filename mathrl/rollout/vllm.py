@@ -291,7 +291,7 @@ class VLLMRolloutEngine(RolloutEngine):
         tensor_parallel_size, max_model_len, max_num_batched_tokens, enable_sleep_mode, enforce_eager: vLLM
             settings (see `mathrl.rollout.vllm_core.build_llm_kwargs` and the ``rollout.`` config fields).
         dist: ``{rank, world_size, local_rank}`` of the trainer (None: `dist_from_env`). In-process
-            on GPU with a world size > 1 the engine uses vLLM's ``external_launcher``; with
+            (GPU or CPU) with a world size > 1 the engine uses vLLM's ``external_launcher``; with
             ``tensor_parallel_size`` T > 1 the ranks of each TP group gather their prompts, generate
             them together and each keeps its own. A worker subprocess is pinned to its rank's GPU.
         sleep_between_steps: attach a `mathrl.rollout.colocate.SleepSchedule` (``sleep_level``, 2 = drop the

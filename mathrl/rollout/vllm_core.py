@@ -94,8 +94,10 @@ def build_llm_kwargs(model: str, *, dtype: str = "float32", seed: int = 0, enabl
       vLLM groups consecutive ranks into TP groups of ``tensor_parallel_size`` (see `tp_groups`)
       and treats the groups as data-parallel replicas. All ranks of a TP group must submit the same
       requests, and get the engine seed ``seed + rank // tensor_parallel_size``.
-    * world size > 1 on CPU: each rank has its own engine (vLLM-CPU has no external launcher); TP
-      must be 1.
+    * world size > 1 on CPU: the same ``external_launcher`` engine per rank, under the trainer's gloo
+      group (vLLM-CPU 0.32 runs it: tests/rollout/test_vllm_colocated.py); TP must be 1. vLLM's
+      default executor would also join the trainer's world, but every rank would then take the
+      identity of rank 0 (one compile-cache folder written by all ranks at once).
 
     ``max_num_batched_tokens`` (the tokens one engine step schedules) is passed on GPU only: there vLLM
     chunks long prefills to it, and a fixed value (TRL's 4096) keeps vLLM's start-up profiling, which runs
@@ -128,7 +130,7 @@ def build_llm_kwargs(model: str, *, dtype: str = "float32", seed: int = 0, enabl
             raise ValueError(f"rollout.tensor_parallel_size={tp}: tensor parallelism needs GPUs (vLLM-CPU runs "
                              "one engine per rank)")
         kw["enable_chunked_prefill"] = False  # see `VLLMCore.seeded_sampling_safe`
-    elif world_size > 1:
+    if world_size > 1:
         kw["distributed_executor_backend"] = "external_launcher"
         kw["seed"] = int(seed) + rank // tp
         env.update(RANK=str(rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(world_size))

@@ -40,10 +40,12 @@ def test_llm_kwargs_world_of_one_cpu_is_the_old_call():
     assert kw == dict(model="/m", tokenizer="/m", dtype="float32", seed=0, enable_prefix_caching=True,
                       logprobs_mode="processed_logprobs", max_logprobs=1, gpu_memory_utilization=0.4,
                       enable_chunked_prefill=False)
-    # several CPU ranks: each has its own engine (worker process), no external launcher
+    # several CPU ranks, in-process: each its own engine under vLLM's external launcher, as on GPU
+    # (a worker process passes a world of one); run by tests/rollout/test_vllm_colocated.py
     kw2, env2 = build_llm_kwargs("/m", dtype="float32", seed=0, on_cpu=True, gpu_memory_utilization=0.4,
                                  rank=1, world_size=2, local_rank=1)
-    assert kw2 == kw and env2 == {}
+    assert kw2 == {**kw, "distributed_executor_backend": "external_launcher", "seed": 1}
+    assert env2 == {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2"}
 
 
 def test_llm_kwargs_settings_and_overrides():
