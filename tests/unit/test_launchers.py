@@ -84,7 +84,7 @@ def test_slurm_passes_arguments_exactly(tmp_path):
     """srun starts `bash -c` on every node; the overrides must reach torchrun unchanged (the old `$*` inside the
     command string re-split spaces and re-parsed quotes, braces, $ and *)."""
     bin_dir = tmp_path / "bin"
-    _fake(bin_dir, "scontrol", 'printf "node0\\nnode1\\n"\n')
+    _fake(bin_dir, "scontrol", 'printf "node0\\nnode1\\n"; seq 100000 | sed "s/^/node-extra-/"\n')  # a long list: a `| head` dies of SIGPIPE
     _fake(bin_dir, "srun", 'SLURM_NODEID=1 exec "$@"\n')  # one node's task
     _fake(bin_dir, "torchrun", ARGV_JSON)
     env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(tmp_path), "SLURM_JOB_NODELIST": "node[0-1]",
