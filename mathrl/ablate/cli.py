@@ -64,7 +64,7 @@ if __name__ == "__main__":  # python -m mathrl.ablate.cli, or `deepspeed --modul
     for item in [a for a in argv if a.startswith(("--local_rank=", "--local-rank="))]:
         os.environ.setdefault("LOCAL_RANK", item.split("=", 1)[1])  # added by the deepspeed launcher
         argv.remove(item)
-    from mathrl.cli import set_ds_accelerator
+    from mathrl.accelerator import set_ds_accelerator
 
     set_ds_accelerator()  # DS_ACCELERATOR=cpu only where no CUDA device can be visible
     try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 import mathrl.cli as cli
-from mathrl.cli import ds_accelerator_choice
+from mathrl.accelerator import ds_accelerator_choice
 
 CTL = ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"]
 
