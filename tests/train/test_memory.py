@@ -206,7 +206,7 @@ def test_resume_keeps_the_checkpoints_budget_or_says_why_not(monkeypatch, capsys
 @pytest.mark.timeout(900)
 def test_the_real_model_under_a_memory_limit_adapts_and_without_the_fit_dies(embedded_model_path, tmp_path):
     """SmolLM2, the demo task, 4 prompts x 8 responses of up to 64 tokens, train.micro_batch_tokens=8192 (the
-    whole batch, up to 2788 tokens, in one micro-batch: about 7.5 GiB of activations by the estimate, 5.7
+    whole batch, up to 2788 tokens, in one micro-batch: about 6.3 GiB of activations by the estimate, 5.7
     measured), under an address-space limit that leaves about 5 GiB: the run lowers the budget with a warning
     naming train.micro_batch_tokens and completes;
     the same run with the fit switched off, in the padded layout the estimate describes, dies in its first
