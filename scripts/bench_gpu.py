@@ -20,6 +20,12 @@ Budget: well under 5 minutes on one H200 (default sizes: 8 prompts x G=8, 256 pr
 
     python scripts/bench_gpu.py --out gpu.json             # on the GPU machine, repo root
     python scripts/bench_gpu.py --smoke                    # CPU check of the script (seconds)
+    OMP_NUM_THREADS=2 python scripts/bench_gpu.py --device cpu --prompts 2 --resp-len 64 --gen-tokens 64
+                                                           # the same measurements on CPU, tiny shape
+
+``--layout`` picks the update's micro-batch layout (mathrl/train/packing.py): ``packed`` (the
+trainer's default, train.packing), ``one_call`` (ZeRO-3's: prompt and bins in one model call) or
+``padded`` (the shared-prompt padded layout the first GPU run measured).
 
 DeepSpeed: the GPU machine has torch and transformers but no DeepSpeed and no network. DeepSpeed
 is a small pure-Python wheel; build it here and carry it along::
@@ -228,6 +234,8 @@ def grpo_update_bench(args, shape: Shape, device, dtype) -> dict:
     from mathrl.algo.losses import agg_loss, global_normalizers, policy_loss
     from mathrl.train.forward import batch_logprobs, make_micro_batch, plan_micro_batches, policy_forward
 
+    packed = {"padded": False, "packed": True, "one_call": "one_call"}[args.layout]
+
     B, G, P, R = args.prompts, args.G, args.prompt_len, args.resp_len
     model = build_model(shape, dtype, device)
     n_params = sum(p.numel() for p in model.parameters())
@@ -261,7 +269,7 @@ def grpo_update_bench(args, shape: Shape, device, dtype) -> dict:
     t0 = time.perf_counter()
     module.eval()
     ref_logp = batch_logprobs(module, prompts, pmask, resp, rmask, token_budget=args.micro_batch_tokens,
-                              temperature=1.0, device=device, group_size=gs)
+                              temperature=1.0, device=device, group_size=gs, packed=packed)
     _sync(device)
     ref_s = time.perf_counter() - t0
     plan = plan_micro_batches(pmask, rmask, args.micro_batch_tokens, group_size=gs)
@@ -275,7 +283,7 @@ def grpo_update_bench(args, shape: Shape, device, dtype) -> dict:
         _sync(device)
         t = time.perf_counter()
         for rows in plan:
-            mb = make_micro_batch(prompts, pmask, resp, rmask, rows, device, gs)
+            mb = make_micro_batch(prompts, pmask, resp, rmask, rows, device, gs, packed)
             logp, _ = policy_forward(engine if engine is not None else module, mb, temperature=1.0,
                                      with_entropy=True)
             m = mb.response_mask
@@ -308,7 +316,7 @@ def grpo_update_bench(args, shape: Shape, device, dtype) -> dict:
     resp_tokens = int(rmask.sum())
     seq_tokens = resp_tokens + B * P  # prompts counted once per group (that is what is computed)
     flops = train_flops(shape, [P] * B, [lens[g * G:(g + 1) * G].tolist() for g in range(B)], shared_prompt=True)
-    out = {"optimizer": how, "params": n_params, "micro_batches": len(plan), "update_s_median": t_med,
+    out = {"optimizer": how, "layout": args.layout, "params": n_params, "micro_batches": len(plan), "update_s_median": t_med,
            "update_s": times, "response_tokens": resp_tokens, "computed_tokens": seq_tokens,
            "response_tok_s": resp_tokens / t_med, "computed_tok_s": seq_tokens / t_med,
            "train_flops": flops, "achieved_tflops": flops / t_med / 1e12, "ref_forward_s": ref_s,
@@ -400,6 +408,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--skip-train", action="store_true")
     ap.add_argument("--peak-tflops", type=float, default=None, help="bf16 peak for MFU (default: from the GPU name)")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes in float32 on CPU: checks the script, not speed")
+    ap.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
+                    help="cpu: a tiny model (2 layers, width 64) in float32 with the given sizes, so CPU numbers "
+                    "compare before/after a change (default: the GPU)")
+    ap.add_argument("--layout", choices=["packed", "one_call", "padded"], default="packed",
+                    help="the update's micro-batch layout (default: the trainer's, train.packing)")
     ap.add_argument("--out", default=None, help="write results as JSON")
     return ap.parse_args(argv)
 
@@ -409,21 +422,23 @@ def main(argv=None) -> int:
     import torch
 
     t_all = time.perf_counter()
-    cuda = torch.cuda.is_available() and not args.smoke
-    if not cuda and not args.smoke:
+    cpu_run = args.smoke or args.device == "cpu"
+    cuda = torch.cuda.is_available() and not cpu_run
+    if not cuda and not cpu_run:
         print("bench_gpu: no CUDA device; run it on the GPU machine, or use --smoke for a CPU check of the script")
         return 2
     device = torch.device("cuda", 0) if cuda else torch.device("cpu")
     dtype = torch.bfloat16 if cuda else torch.float32
     shape = QWEN25_05B
-    if args.smoke:
+    if cpu_run:
         shape = SMOKE
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    if args.smoke:
         args.prompts, args.G, args.prompt_len, args.resp_len = min(args.prompts, 2), min(args.G, 2), 16, 16
         args.gen_prompts, args.gen_tokens, args.warmup, args.steps = 2, 8, 1, 1
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = True
-    res: dict = {"device": torch.cuda.get_device_name(0) if cuda else "cpu (smoke)", "dtype": str(dtype),
+    res: dict = {"device": torch.cuda.get_device_name(0) if cuda else ("cpu (smoke)" if args.smoke else "cpu"), "dtype": str(dtype),
                  "torch": torch.__version__, "transformers": __import__("transformers").__version__,
                  "shape": asdict(shape), "args": vars(args)}
     try:
@@ -447,7 +462,7 @@ def main(argv=None) -> int:
         if cuda:
             torch.cuda.empty_cache()  # the update's model and optimizer are gone with the function's frame
         print(f"GRPO update ({args.prompts} prompts x G={args.G}, prompt {args.prompt_len}, responses <= "
-              f"{args.resp_len}; {tr['optimizer']}): {tr['update_s_median']:.3f} s median of {args.steps}, "
+              f"{args.resp_len}, {args.layout} layout; {tr['optimizer']}): {tr['update_s_median']:.3f} s median of {args.steps}, "
               f"{tr['computed_tok_s']:.0f} tok/s ({tr['response_tok_s']:.0f} response tok/s), "
               f"{tr['achieved_tflops']:.1f} TFLOP/s, MFU {tr.get('mfu', float('nan')):.1%}, "
               f"peak memory {tr['peak_mem_gib']:.1f} GiB", flush=True)
