@@ -17,8 +17,8 @@ takes ``past_key_values``; ``PreTrainedModel`` has ``gradient_checkpointing_enab
 so running these tests in .venv-vllm runs the branches GPU users get.
 `test_fallback_branches_run_under_vllm_env_transformers` does that: it runs this file and the
 existing tests of those paths (tests/train/test_forward.py: shared-prompt == plain forward;
-tests/rollout/test_hf.py: the hf engine's cached decoding against the trainer, and sharing a
-checkpointed module) in .venv-vllm's python, and checks from a report written there that the
+tests/rollout/test_hf.py without its SmolLM2 tests: the hf engine's cached decoding against the
+trainer, and sharing a checkpointed module) in .venv-vllm's python, and checks from a report written there that the
 fallback branches were the ones taken.
 """
 
@@ -30,6 +30,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -71,15 +72,9 @@ def test_branches_follow_the_installed_transformers(tiny_dir, tokenizer):
     print(f"\ntransformers branches: {b}")
 
 
-def _layer_calls(model) -> list[int]:
-    calls = [0]
-    model.model.layers[0].register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
-    return calls
-
-
 def test_gradient_checkpointing_switches_layout_and_keeps_values(tiny_dir):
-    """``load_causal_lm(gradient_checkpointing=True)`` turns checkpointing on (a layer runs again in
-    the backward pass), `_checkpointing` sees it whatever this transformers calls the flag, so the
+    """``load_causal_lm(gradient_checkpointing=True)`` turns checkpointing on (the forward keeps far
+    fewer tensors for the backward: measured 11 against 85), `_checkpointing` sees it whatever this transformers calls the flag, so the
     trainer leaves the shared-prompt / packed layouts (they need the KV cache checkpointing drops),
     and the checkpointed model's logprobs and gradients equal the plain model's."""
     from mathrl.models import load_causal_lm
@@ -98,15 +93,20 @@ def test_gradient_checkpointing_switches_layout_and_keeps_values(tiny_dir):
     rmask = torch.ones(G, T, dtype=torch.bool)
     out = {}
     for name, model in (("plain", plain), ("ckpt", ckpt)):
-        calls = _layer_calls(model)
+        saved = [0]
+
+        def pack(t, saved=saved):
+            saved[0] += 1
+            return t
+
         mb = make_micro_batch(pids, pmask, rids, rmask, torch.arange(G), "cpu", G)
-        logp, _ = policy_forward(model, mb)
-        fwd = calls[0]
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            logp, _ = policy_forward(model, mb)
         logp.sum().backward()
         out[name] = (logp.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None},
-                     fwd, calls[0] - fwd)
-    (lp, gp, _, back_plain), (lc, gc, _, back_ckpt) = out["plain"], out["ckpt"]
-    assert back_plain == 0 and back_ckpt >= 1, (back_plain, back_ckpt)  # recomputed in backward: checkpointing is on
+                     saved[0])
+    (lp, gp, saved_plain), (lc, gc, saved_ckpt) = out["plain"], out["ckpt"]
+    assert saved_ckpt < saved_plain / 2, (saved_ckpt, saved_plain)  # activations recomputed: checkpointing is on
     torch.testing.assert_close(lc, lp, atol=1e-5, rtol=1e-5)
     assert gp.keys() == gc.keys() and gp
     for k in gp:
@@ -124,10 +124,10 @@ def test_fallback_branches_run_under_vllm_env_transformers(tmp_path):
     """Run `SUBRUN` in .venv-vllm's python (transformers < 5.20) and check they passed there and took
     the branches transformers 5.20.2 takes (`FALLBACK`)."""
     py = vllm_python()  # skip without .venv-vllm; a failure under MATHRL_REQUIRE_ALL=1 (CI)
-    if py == "inprocess" or os.path.realpath(py) == os.path.realpath(sys.executable):
+    if py == "inprocess" or Path(py).parent.parent.resolve() == Path(sys.prefix).resolve():
         pytest.skip("this interpreter is the vLLM environment's: the tests of this file run here directly")
     report = tmp_path / "branches.json"
-    cmd = [py, "-m", "pytest", *SUBRUN, "-q", "-p", "no:cacheprovider", "-m", "not slow",
+    cmd = [py, "-m", "pytest", *SUBRUN, "-q", "-p", "no:cacheprovider", "-m", "not slow", "-k", "not smollm2",
            "--deselect", f"tests/rollout/test_version_branches.py::{test_fallback_branches_run_under_vllm_env_transformers.__name__}",
            "--timeout=900"]
     env = {**os.environ, REPORT_VAR: str(report), "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": os.environ.get(
