@@ -74,7 +74,7 @@ def test_sixteen_bf16_micro_batches_sum_in_fp32(stage):
     for group in engine.optimizer.param_groups:
         group["eps"] = 1.0  # Adam's first step is then lr * g / (|g| + 1): invertible, so g can be read back
     for g in GRADS:
-        engine.backward(engine(torch.full((64,), g, dtype=torch.bfloat16)))
+        engine.backward(engine(torch.full((64,), g, dtype=torch.bfloat16, device=engine.device)))
     engine.step()
     w = safe_get_full_fp32_param(engine.module.w)
     u = -float(w[0])
