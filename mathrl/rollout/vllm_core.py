@@ -19,7 +19,7 @@ would change nothing the kernels read. ``Worker.reload_weights(weights_iterator=
 "layerwise reload", present in 0.32) restores each layer, loads the checkpoint-format tensors
 through the model's own ``load_weights`` name mapping (q/k/v -> qkv_proj, gate/up -> gate_up_proj)
 and reruns the post-load processing, so the linear kernels see the new weights. It misses one case,
-fixed here by `_refresh_cpu_embedding_gemm`: the LM-head GEMM handle built from the (tied)
+fixed here by `refresh_cpu_embedding_gemm`: the LM-head GEMM handle built from the (tied)
 embedding. After the reload the prefix cache is reset: cached prompt KV was computed with the old
 weights. The whole path is checked by tests/rollout/test_vllm.py::test_vllm_weight_sync.
 
@@ -36,32 +36,14 @@ from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
+from mathrl.rollout.vllm_weights import (refresh_cpu_embedding_gemm, rpc_restore_buffers_poison_parameters,  # noqa: F401
+                                         rpc_save_buffers, rpc_unloaded_parameters, select_weight_loader)
+
 
 def vllm_version() -> str:
     import vllm
 
     return getattr(vllm, "__version__", "unknown")
-
-
-def _refresh_cpu_embedding_gemm(model: torch.nn.Module) -> int:
-    """Rebuild the CPU GEMM handle of every embedding / LM-head module from its live weight.
-
-    vLLM CPU (checked on 0.32.0) builds a oneDNN handle for the LM head from the embedding weight
-    in ``UnquantizedEmbeddingMethod.process_weights_after_loading``. ``reload_weights`` reruns that
-    on a temporary copy of the layer and then copies the values back into the original tensor, so
-    the input embedding is updated but the LM-head handle is not: with tied embeddings (SmolLM2)
-    the logits stay wrong (measured: max |dlogprob| 0.5 after a 1% perturbation of the embedding
-    alone). Re-dispatching from the original, now updated, tensor fixes it.
-    """
-    n = 0
-    for module in model.modules():
-        qm = getattr(module, "quant_method", None)
-        weight = getattr(module, "weight", None)
-        if type(qm).__name__ == "UnquantizedEmbeddingMethod" and isinstance(weight, torch.Tensor) \
-                and weight.numel() > 0 and weight.ndim == 2:
-            qm.process_weights_after_loading(module)
-            n += 1
-    return n
 
 
 def tp_groups(world_size: int, tensor_parallel_size: int) -> list[list[int]]:
@@ -136,94 +118,6 @@ def build_llm_kwargs(model: str, *, dtype: str = "float32", seed: int = 0, enabl
         env.update(RANK=str(rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(world_size))
     kw.update(engine_kwargs or {})
     return kw, env
-
-
-def _accepts_keyword(fn, name: str) -> bool | None:
-    """True: ``fn`` has a parameter ``name``; None: it only forwards ``**kwargs``; False: neither."""
-    import inspect
-
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    p = params.get(name)
-    if p is not None and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
-        return True
-    return None if any(q.kind == q.VAR_KEYWORD for q in params.values()) else False
-
-
-def select_weight_loader(worker) -> tuple[str, Any]:
-    """How to push ``(name, tensor)`` pairs into this vLLM worker: ``(kind, load(weights))``.
-
-    * ``reload_weights``: ``Worker.reload_weights(weights_iterator=...)`` (layerwise reload, e.g.
-      vLLM 0.32): reruns the post-load processing, needed on CPU (repacked oneDNN weights) and for
-      quantized / repacked kernels.
-    * ``load_weights``: the model's own ``load_weights(weights)`` (vLLM versions whose
-      ``reload_weights(self)`` takes no arguments and re-reads the checkpoint from disk, e.g. around
-      0.14, or have none): a plain copy into the parameters, which GPU kernels read directly.
-    """
-    w = getattr(worker, "worker", worker)
-    reload = getattr(w, "reload_weights", None)
-    runner = getattr(w, "model_runner", None)
-    if reload is not None:
-        takes = _accepts_keyword(reload, "weights_iterator")
-        if takes is None:  # vLLM 0.32's Worker.reload_weights(*args, **kwargs) forwards to its model runner
-            runner_reload = getattr(runner, "reload_weights", None)
-            takes = runner_reload is not None and _accepts_keyword(runner_reload, "weights_iterator") is True
-        if takes:
-            return "reload_weights", lambda weights: reload(weights_iterator=weights)
-    model = None
-    if runner is not None:
-        model = runner.get_model() if callable(getattr(runner, "get_model", None)) else getattr(runner, "model", None)
-    if model is not None and callable(getattr(model, "load_weights", None)):
-        return "load_weights", model.load_weights
-    raise RuntimeError(f"vLLM worker {type(w).__name__}: no way to load weights (neither "
-                       "reload_weights(weights_iterator=...) nor model_runner.model.load_weights)")
-
-
-def _worker_model(worker) -> torch.nn.Module:
-    w = getattr(worker, "worker", worker)
-    runner = w.model_runner
-    return runner.get_model() if callable(getattr(runner, "get_model", None)) else runner.model
-
-
-def _rpc_save_buffers(worker) -> int:
-    """Before a level-2 sleep (which discards everything allocated with the weights): a CPU copy of every
-    buffer of the model, kept on the worker. Returns how many."""
-    w = getattr(worker, "worker", worker)
-    w._mathrl_saved_buffers = {n: b.detach().to("cpu", copy=True)
-                               for n, b in _worker_model(worker).named_buffers()}
-    return len(w._mathrl_saved_buffers)
-
-
-def _rpc_restore_buffers_poison_parameters(worker) -> int:
-    """After the weights' wake from a level-2 sleep: copy the saved buffers back, and fill every floating-point
-    parameter with NaN, so that `_rpc_unloaded_parameters` finds the ones a weight sync did not write.
-    Returns the number of parameters filled."""
-    w = getattr(worker, "worker", worker)
-    model = _worker_model(worker)
-    saved = getattr(w, "_mathrl_saved_buffers", {})
-    with torch.no_grad():
-        for n, b in model.named_buffers():
-            if n in saved:
-                b.copy_(saved[n])
-        filled = 0
-        for p in model.parameters():
-            if p.is_floating_point():
-                p.fill_(float("nan"))
-                filled += 1
-    return filled
-
-
-def _rpc_unloaded_parameters(worker) -> list[str]:
-    """Names of the model's floating-point parameters that still hold NaN (none after a complete sync)."""
-    model = _worker_model(worker)
-    named = [(n, p) for n, p in model.named_parameters() if p.is_floating_point()]
-    if not named:
-        return []
-    with torch.no_grad():
-        flags = torch.stack([torch.isnan(p).any() for _, p in named]).tolist()
-    return [n for (n, _), bad in zip(named, flags) if bad]
 
 
 class VLLMCore:
@@ -439,19 +333,19 @@ class VLLMCore:
         weights: Iterable = counted() if self._inproc else list(counted())
 
         def _reload(worker, weights, on_cpu):
-            from mathrl.rollout.vllm_core import _refresh_cpu_embedding_gemm, select_weight_loader
+            from mathrl.rollout.vllm_weights import refresh_cpu_embedding_gemm, select_weight_loader
 
             w = getattr(worker, "worker", worker)
             kind, load = select_weight_loader(w)
             load(weights)
             if on_cpu:
-                _refresh_cpu_embedding_gemm(w.model_runner.model)
+                refresh_cpu_embedding_gemm(w.model_runner.model)
             return kind
 
         kinds = self.llm.collective_rpc(_reload, args=(weights, self.on_cpu))
         self.weight_loader = kinds[0] if isinstance(kinds, list) and kinds else kinds
         if self.weights_poisoned:  # after a level-2 wake: every parameter must have been written by this sync
-            missing = sorted({n for names in self.llm.collective_rpc(_rpc_unloaded_parameters) for n in names})
+            missing = sorted({n for names in self.llm.collective_rpc(rpc_unloaded_parameters) for n in names})
             if missing:
                 raise RuntimeError(
                     f"vLLM weight sync after a level-2 sleep (rollout.sleep_level=2) left {len(missing)} engine "
@@ -473,7 +367,7 @@ class VLLMCore:
         drop the KV cache. Needs ``enable_sleep_mode``. Level 2 saves the model's buffers (vLLM's rotary
         tables, which no weight sync carries) to CPU memory first, and `wake_up` puts them back."""
         if level == 2:  # keep the buffers (rotary tables): the sync pushes parameters only
-            self.llm.collective_rpc(_rpc_save_buffers)
+            self.llm.collective_rpc(rpc_save_buffers)
         self.llm.sleep(level=level)
         self.sleeping = True
         self.weights_dropped = self.weights_dropped or level == 2
@@ -489,7 +383,7 @@ class VLLMCore:
         if self.weights_dropped and (tags is None or "weights" in tags):
             # the weight memory is back but its content was dropped: restore the buffers, and fill every
             # parameter with NaN so that `load_weights` can tell which ones the sync did not write
-            self.llm.collective_rpc(_rpc_restore_buffers_poison_parameters)
+            self.llm.collective_rpc(rpc_restore_buffers_poison_parameters)
             self.weights_dropped = False
             self.weights_poisoned = True
         self.sleeping = tags is not None and "kv_cache" not in tags
