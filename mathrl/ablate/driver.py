@@ -223,6 +223,9 @@ def run_one(study: Study, run: RunSpec, task: Task, *, log: Log = _log) -> dict:
     from mathrl.eval.series import find_checkpoints
 
     cfg = run_config(study, run)
+    # the config as the study gives it: the trainer fills derived fields in place (rollout.max_model_len from the
+    # prompts, the fitted train.micro_batch_tokens), which a later comparison with the study must not count
+    given = result_config(cfg.to_dict())
     run_dir = Path(cfg.train.output_dir)
     done = run_dir / DONE
     if done.is_file():
@@ -282,7 +285,7 @@ def run_one(study: Study, run: RunSpec, task: Task, *, log: Log = _log) -> dict:
                   "wall_train_s": trained["wall_train_s"], "wall_eval_s": round(time.time() - t0, 2),
                   "tokens": trained["tokens"], "eval_problems": next(iter(after["benchmarks"].values()))["problems"],
                   "eval_settings": after["settings"], "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                  "config": result_config(cfg.to_dict())}
+                  "config": given}
         _write_json(done, record)
         log(f"[ablate] {run.name}: done (train {trained['wall_train_s']:.0f} s, eval {record['wall_eval_s']:.0f} s)")
     _barrier()
