@@ -22,5 +22,7 @@ def torch_extensions_dir(prefix: str = _sys.prefix, home: str | None = None) -> 
     return _os.path.join(root, "torch_extensions", f"mathrl-{tag}")
 
 
-# a user's TORCH_EXTENSIONS_DIR wins
-_os.environ.setdefault("TORCH_EXTENSIONS_DIR", torch_extensions_dir())
+# A user's TORCH_EXTENSIONS_DIR wins. A value set by mathrl (marked in MATHRL_TORCH_EXTENSIONS_DIR) in a parent
+# process of another environment (the trainer's tests starting .venv-vllm's python) is replaced, not inherited.
+if _os.environ.get("TORCH_EXTENSIONS_DIR") in (None, _os.environ.get("MATHRL_TORCH_EXTENSIONS_DIR")):
+    _os.environ["TORCH_EXTENSIONS_DIR"] = _os.environ["MATHRL_TORCH_EXTENSIONS_DIR"] = torch_extensions_dir()

@@ -13,8 +13,9 @@ REPO = Path(__file__).resolve().parents[2]
 PROBE = "import os, mathrl; print(os.environ['TORCH_EXTENSIONS_DIR'])"
 
 
-def _probe(python: str, **env: str) -> str:
-    base = {k: v for k, v in os.environ.items() if k != "TORCH_EXTENSIONS_DIR"}
+def _probe(python: str, inherit: bool = False, **env: str) -> str:
+    base = {k: v for k, v in os.environ.items()
+            if inherit or k not in ("TORCH_EXTENSIONS_DIR", "MATHRL_TORCH_EXTENSIONS_DIR")}
     out = subprocess.run([python, "-c", PROBE], env={**base, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", **env},
                          capture_output=True, text=True, check=True)
     return out.stdout.strip()
@@ -39,3 +40,8 @@ def test_the_vllm_environment_gets_another_folder(tmp_path):
         import pytest
         pytest.skip("no .venv-vllm")
     assert _probe(str(vpy), XDG_CACHE_HOME=str(tmp_path)) != _probe(sys.executable, XDG_CACHE_HOME=str(tmp_path))
+    # started from this process (which imported mathrl and so set its own folder): replaced, not inherited
+    assert os.environ["TORCH_EXTENSIONS_DIR"] == mathrl.torch_extensions_dir(sys.prefix)
+    assert _probe(str(vpy), inherit=True) == mathrl.torch_extensions_dir(str(vpy.parent.parent))
+    # a user's own value still wins in the child
+    assert _probe(str(vpy), inherit=True, TORCH_EXTENSIONS_DIR="/mine") == "/mine"
