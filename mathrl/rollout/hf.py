@@ -158,6 +158,7 @@ class HFRolloutEngine(RolloutEngine):
         self.host_syncs += 1
         return tuple(x.cpu() for x in tensors)
 
+    @torch.inference_mode()  # no autograd graph: without it every decoded token's activations stay alive
     def _generate_chunk(self, prompt_ids: list[list[int]], n: int, sp: SamplingConfig, gen: torch.Generator,
                         on_row: OnRow | None = None, row0: int = 0) -> tuple[list[list[Sample]], float]:
         """The chunk's groups, and the seconds spent in the model's forward passes."""

@@ -214,3 +214,21 @@ def test_host_syncs_only_every_k_tokens(engine, chat_prompts, monkeypatch):
 def test_sync_every_is_checked(engine):
     with pytest.raises(ValueError, match="sync_every"):
         HFRolloutEngine(model=engine.model, tokenizer=engine.tokenizer, sync_every=0)
+
+
+def test_decode_builds_no_autograd_graph(engine, chat_prompts):
+    """The decode loop runs without autograd although the trainer's policy has parameters that require
+    gradients: with a graph, every decoded token's activations stay alive until the chunk ends (a real-model
+    rollout of 32 rows x 64 tokens grew by ~13 GB and ran out of memory in tests/train/test_memory.py)."""
+    eng = HFRolloutEngine(model=engine.model, tokenizer=engine.tokenizer, sync_every=4)
+    assert any(p.requires_grad for p in eng.model.parameters())
+    modes: list[tuple[bool, bool]] = []
+    hook = eng.model.register_forward_hook(
+        lambda _m, _a, out: modes.append((torch.is_grad_enabled(), out.logits.requires_grad)))
+    try:
+        assert torch.is_grad_enabled()  # called as the trainer calls it: outside any no_grad region
+        b = eng.generate(chat_prompts, 2, SamplingConfig(temperature=1.0, max_tokens=9, seed=0))
+    finally:
+        hook.remove()
+    assert len(modes) > 2 and modes == [(False, False)] * len(modes), modes
+    assert not b.logprobs.requires_grad
