@@ -25,7 +25,11 @@ Budget: well under 5 minutes on one H200 (default sizes: 8 prompts x G=8, 256 pr
 
 ``--layout`` picks the update's micro-batch layout (mathrl/train/packing.py): ``packed`` (the
 trainer's default, train.packing), ``one_call`` (ZeRO-3's: prompt and bins in one model call) or
-``padded`` (the shared-prompt padded layout the first GPU run measured).
+``padded`` (the shared-prompt padded layout the first GPU run measured) or ``varlen`` (each row's real
+tokens in one sequence without a mask: mathrl/train/varlen.py, train.padding_free). ``--attn`` picks
+the attention kernel (model.attn_implementation); with ``flex_attention`` or ``flash_attention_2``
+packing runs the varlen layout, as in the trainer. ``achieved_tflops`` counts the FLOPs the layout
+computes (varlen recomputes each row's prompt); ``useful_tflops`` those of the shared-prompt update.
 
 DeepSpeed: the GPU machine has torch and transformers but no DeepSpeed and no network. DeepSpeed
 is a small pure-Python wheel; build it here and carry it along::
@@ -234,10 +238,10 @@ def grpo_update_bench(args, shape: Shape, device, dtype) -> dict:
     from mathrl.algo.losses import agg_loss, global_normalizers, policy_loss
     from mathrl.train.forward import batch_logprobs, make_micro_batch, plan_micro_batches, policy_forward
 
-    packed = {"padded": False, "packed": True, "one_call": "one_call"}[args.layout]
+    from mathrl.train.forward import layout_choice
 
     B, G, P, R = args.prompts, args.G, args.prompt_len, args.resp_len
-    model = build_model(shape, dtype, device)
+    model = build_model(shape, dtype, device, attn=args.attn)
     n_params = sum(p.numel() for p in model.parameters())
     engine, opt, how = None, None, ""
     if not args.no_deepspeed:
@@ -264,6 +268,11 @@ def grpo_update_bench(args, shape: Shape, device, dtype) -> dict:
         opt = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=fused)
         how = how or f"plain torch.optim.AdamW (fused={fused}), no DeepSpeed"
     module = engine.module if engine is not None else model
+    # the layout the trainer would run for this request and attention kernel (mathrl/train/forward.py)
+    packed = layout_choice(engine if engine is not None else module,
+                           {"padded": False, "packed": True, "one_call": "one_call", "varlen": "varlen"}[args.layout])
+    layout = {False: "padded", True: "packed"}.get(packed, packed)
+    shared = layout != "varlen"  # the padding-free layout runs each row's prompt
     prompts, pmask, resp, rmask, advs, lens = synthetic_batch(B, G, P, R, shape.vocab, args.seed)
     gs = G  # mathrl's train.share_prompt: each group's prompt runs once
     t0 = time.perf_counter()
@@ -272,7 +281,7 @@ def grpo_update_bench(args, shape: Shape, device, dtype) -> dict:
                               temperature=1.0, device=device, group_size=gs, packed=packed)
     _sync(device)
     ref_s = time.perf_counter() - t0
-    plan = plan_micro_batches(pmask, rmask, args.micro_batch_tokens, group_size=gs)
+    plan = plan_micro_batches(pmask, rmask, args.micro_batch_tokens, group_size=gs, real=not shared)
     # the counts all-reduced on the engine's device (NCCL refuses the CPU masks' tensors)
     from mathrl.train.engines import global_sum
 
@@ -314,9 +323,12 @@ def grpo_update_bench(args, shape: Shape, device, dtype) -> dict:
         peak_mem = float("nan")
     t_med = statistics.median(times)
     resp_tokens = int(rmask.sum())
-    seq_tokens = resp_tokens + B * P  # prompts counted once per group (that is what is computed)
-    flops = train_flops(shape, [P] * B, [lens[g * G:(g + 1) * G].tolist() for g in range(B)], shared_prompt=True)
-    out = {"optimizer": how, "layout": args.layout, "params": n_params, "micro_batches": len(plan), "update_s_median": t_med,
+    seq_tokens = resp_tokens + B * P * (1 if shared else G)  # what is computed: prompts once per group or per row
+    groups = [lens[g * G:(g + 1) * G].tolist() for g in range(B)]
+    flops = train_flops(shape, [P] * B, groups, shared_prompt=shared)
+    useful = train_flops(shape, [P] * B, groups, shared_prompt=True)  # the least work that gives the same update
+    out = {"optimizer": how, "layout": layout, "attn": args.attn, "params": n_params, "micro_batches": len(plan),
+           "update_s_median": t_med, "useful_flops": useful, "useful_tflops": useful / t_med / 1e12,
            "update_s": times, "response_tokens": resp_tokens, "computed_tokens": seq_tokens,
            "response_tok_s": resp_tokens / t_med, "computed_tok_s": seq_tokens / t_med,
            "train_flops": flops, "achieved_tflops": flops / t_med / 1e12, "ref_forward_s": ref_s,
@@ -411,8 +423,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
                     help="cpu: a tiny model (2 layers, width 64) in float32 with the given sizes, so CPU numbers "
                     "compare before/after a change (default: the GPU)")
-    ap.add_argument("--layout", choices=["packed", "one_call", "padded"], default="packed",
-                    help="the update's micro-batch layout (default: the trainer's, train.packing)")
+    ap.add_argument("--layout", choices=["packed", "one_call", "padded", "varlen"], default="packed",
+                    help="the update's micro-batch layout (default: the trainer's, train.packing; varlen: "
+                    "train.padding_free). With a varlen attention kernel --layout packed runs varlen, as the trainer does")
+    ap.add_argument("--attn", choices=["sdpa", "eager", "flex_attention", "flash_attention_2"], default="sdpa",
+                    help="the model's attention kernel (mathrl's model.attn_implementation)")
     ap.add_argument("--out", default=None, help="write results as JSON")
     return ap.parse_args(argv)
 
@@ -462,7 +477,7 @@ def main(argv=None) -> int:
         if cuda:
             torch.cuda.empty_cache()  # the update's model and optimizer are gone with the function's frame
         print(f"GRPO update ({args.prompts} prompts x G={args.G}, prompt {args.prompt_len}, responses <= "
-              f"{args.resp_len}, {args.layout} layout; {tr['optimizer']}): {tr['update_s_median']:.3f} s median of {args.steps}, "
+              f"{args.resp_len}, {tr['layout']} layout, {args.attn}; {tr['optimizer']}): {tr['update_s_median']:.3f} s median of {args.steps}, "
               f"{tr['computed_tok_s']:.0f} tok/s ({tr['response_tok_s']:.0f} response tok/s), "
               f"{tr['achieved_tflops']:.1f} TFLOP/s, MFU {tr.get('mfu', float('nan')):.1%}, "
               f"peak memory {tr['peak_mem_gib']:.1f} GiB", flush=True)

@@ -873,6 +873,31 @@ def step_bench(ctx: Ctx) -> dict:
     return res
 
 
+def step_varlen(ctx: Ctx) -> dict:
+    """The update in the padding-free layout (mathrl/train/varlen.py) under flex_attention, which runs
+    packed sequences without a dense mask on the GPU (flash-attn is not installed there); on CPU the
+    smoke shape under sdpa (flex has no CPU backward)."""
+    out = ctx.work / "bench_varlen.json"
+    cmd = [PYTHON, str(REPO / "scripts" / "bench_gpu.py"), "--out", str(out), "--skip-gen", "--layout", "varlen"]
+    cmd += ["--attn", "flex_attention", "--warmup", "1", "--steps", "2"] if ctx.cuda else ["--smoke"]
+    log = ctx.work / "logs" / "varlen.log"
+    rc, s = launch(ctx, cmd, log, 600)
+    res = {"cmd": " ".join(cmd[1:]), "rc": rc, "seconds": round(s, 1), "ok": False}
+    if rc == 0 and out.is_file():
+        tr = json.loads(out.read_text()).get("grpo_update", {})
+        res.update(ok=tr.get("layout") == "varlen", layout=tr.get("layout"), attn=tr.get("attn"),
+                   update_tok_s=tr.get("computed_tok_s"), response_tok_s=tr.get("response_tok_s"), mfu=tr.get("mfu"),
+                   achieved_tflops=tr.get("achieved_tflops"), useful_tflops=tr.get("useful_tflops"),
+                   peak_mem_gib=tr.get("peak_mem_gib"))
+        res["summary"] = (f"{res['layout']} layout, {res['attn']}: update {_f(res['update_tok_s'])} tokens/s "
+                          f"({_f(res['response_tok_s'])} response), MFU {_f(res['mfu'], '.1%')} of computed FLOPs, "
+                          f"{_f(res['useful_tflops'], '.1f')} useful TFLOP/s")
+    else:
+        res["log_tail"] = tail(log)
+        res["summary"] = f"exit {rc}"
+    return res
+
+
 # --------------------------------------------------------------------------- the steps, their budgets
 
 
@@ -900,6 +925,8 @@ STEPS = [  # cheap in-process measurements first, so a slow training run cannot 
     Step("lora_zero3", "torchrun: LoRA under ZeRO-3", step_lora_zero3, 45, 30, 150),
     Step("ballast", "ballast on the device: fitted micro-batch budget drops, no OOM", step_ballast, 50, 30, 180),
     Step("bench", "scripts/bench_gpu.py: update tokens/s, MFU, generation tokens/s", step_bench, 45, 25, 150),
+    Step("varlen", "scripts/bench_gpu.py --layout varlen --attn flex_attention: the padding-free update",
+         step_varlen, 40, 20, 150),
     Step("offload", "ZeRO-2 with the optimizer offloaded (last, if time is left)", step_offload, 60, 35, 180),
 ]
 BY_NAME = {s.name: s for s in STEPS}

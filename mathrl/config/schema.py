@@ -94,6 +94,11 @@ class ModelConfig:
     disable_dropout: bool = option(True, "Set every dropout probability of the policy, reference and critic to 0 "
                                    "(as TRL does by default). The old logprobs are computed without dropout, so "
                                    "with dropout on in training the PPO ratio would not start at 1.")
+    attn_implementation: Optional[Literal["sdpa", "eager", "flash_attention_2", "flash_attention_3",
+                                          "flex_attention"]] = option(
+        None, "Attention kernel of the policy, reference and critic (transformers' attn_implementation). None = "
+        "transformers' default (sdpa). flash_attention_2 needs the flash-attn package and a GPU; with it and "
+        "flex_attention, training forwards use the padding-free layout (train.padding_free).")
     gradient_checkpointing: bool = option(False, "Recompute activations in backward. Saves memory, costs ~30% "
                                           "time; off by default because small models fit without it.")
     lora: Optional[dict[str, Any]] = option(
@@ -337,7 +342,16 @@ class TrainConfig:
                            "than the longest, with a mask that keeps them apart (mathrl/train/packing.py), so short "
                            "responses are not padded to the longest; logprobs and gradients equal the padded "
                            "layout's (tested). Needs sdpa or eager attention and no gradient checkpointing; "
-                           "otherwise the padded layout is used.")
+                           "otherwise the padded layout is used. With an attention kernel that runs packed "
+                           "sequences without a mask (model.attn_implementation flash_attention_2/3 or "
+                           "flex_attention) packing means the padding-free layout (train.padding_free).")
+    padding_free: bool = option(False, "Run each micro-batch as one sequence of its rows' real tokens, positions "
+                                "restarting per row and no attention mask (mathrl/train/varlen.py, as TRL's "
+                                "padding_free and verl's use_remove_padding): no padding, and flash-attention's "
+                                "varlen kernel can run it; prompts are then not shared. Chosen anyway (with "
+                                "train.packing) under flash_attention_2/3 and flex_attention; under sdpa/eager "
+                                "transformers builds a block mask over the whole sequence, so leave it off there. "
+                                "Micro-batches are then budgeted by real tokens.")
     lr: float = option(1e-6, "Policy learning rate (AdamW).", gt=0.0)
     critic_lr: float = option(1e-5, "Critic learning rate (PPO).", gt=0.0)
     lr_schedule: Literal["constant", "linear", "cosine"] = option("constant", "Learning-rate schedule after "

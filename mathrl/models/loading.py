@@ -126,9 +126,24 @@ def disable_dropout(model: torch.nn.Module) -> int:
     return changed
 
 
+def set_attention(model, attn_implementation: str | None) -> None:
+    """Switch ``model``'s attention kernel (``model.attn_implementation``); None leaves it. A kernel this
+    machine cannot run (flash_attention_2 without the flash-attn package or a GPU) is a ModelError
+    naming the setting."""
+    if attn_implementation is None:
+        return
+    try:
+        model.set_attn_implementation(attn_implementation)
+    except (ImportError, ValueError, RuntimeError) as exc:
+        raise ModelError(f"model.attn_implementation={attn_implementation}: {str(exc).splitlines()[0]} "
+                         f"(allowed here: sdpa, eager, or leave it unset)") from None
+
+
 def load_causal_lm(spec: str, *, dtype: str | torch.dtype = "float32",
-                   cache_dir: str | os.PathLike | None = None, gradient_checkpointing: bool = False):
-    """Load a causal LM from a model spec in ``dtype`` (float32 on CPU)."""
+                   cache_dir: str | os.PathLike | None = None, gradient_checkpointing: bool = False,
+                   attn_implementation: str | None = None):
+    """Load a causal LM from a model spec in ``dtype`` (float32 on CPU), with the attention kernel
+    ``attn_implementation`` (None: transformers' default)."""
     from transformers import AutoModelForCausalLM
 
     path = resolve_model_path(spec, cache_dir)
@@ -136,6 +151,7 @@ def load_causal_lm(spec: str, *, dtype: str | torch.dtype = "float32",
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(dtype))
     except Exception as exc:
         raise _hub_hint(spec, exc) from None
+    set_attention(model, attn_implementation)
     if gradient_checkpointing:
         enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
         enable()

@@ -28,6 +28,8 @@ from torch import Tensor
 from mathrl.algo.logprobs import logprobs_and_entropy_from_logits, logprobs_from_logits
 from mathrl.train.packing import (CacheCaller, PackedMicroBatch, make_packed_micro_batch, packed_policy_forward,
                                   packed_value_forward, packing_supported, to_device)
+from mathrl.train.varlen import (VarlenMicroBatch, make_varlen_micro_batch, varlen_kernel, varlen_policy_forward,
+                                 varlen_value_forward)
 
 
 @dataclass
@@ -49,11 +51,13 @@ class MicroBatch:
 
 
 def plan_micro_batches(prompt_mask: Tensor, response_mask: Tensor, token_budget: int,
-                       rows: Tensor | None = None, group_size: int = 1) -> list[Tensor]:
+                       rows: Tensor | None = None, group_size: int = 1, real: bool = False) -> list[Tensor]:
     """Split ``rows`` (default: all, in order) into consecutive runs whose padded size fits the budget.
 
     With ``group_size > 1`` the runs are made of whole groups (``rows`` must be group-contiguous)
     and a group's prompt is counted once: cost = groups x max prompt + rows x max response.
+    ``real``: the cost is the rows' real tokens, prompt included in every row (what the padding-free
+    layout of :mod:`mathrl.train.varlen` computes).
     A single unit larger than the budget still forms its own micro-batch.
     """
     if rows is None:
@@ -66,17 +70,21 @@ def plan_micro_batches(prompt_mask: Tensor, response_mask: Tensor, token_budget:
     units = rows.view(-1, g)
     groups: list[Tensor] = []
     current: list[Tensor] = []
-    max_p = max_r = 0
+    max_p = max_r = total = 0
     for unit in units:
         p, t = int(plen[unit].max()), int(rlen[unit].max())
         new_p, new_r = max(max_p, p), max(max_r, t)
         n_units = len(current) + 1
-        cost = (n_units * new_p + n_units * g * new_r) if g > 1 else n_units * (new_p + new_r)
+        own = int(plen[unit].sum() + rlen[unit].sum())
+        if real:
+            cost = total + own
+        else:
+            cost = (n_units * new_p + n_units * g * new_r) if g > 1 else n_units * (new_p + new_r)
         if current and cost > token_budget:
             groups.append(torch.cat(current))
-            current, new_p, new_r = [], p, t
+            current, new_p, new_r, total = [], p, t, 0
         current.append(unit)
-        max_p, max_r = new_p, new_r
+        max_p, max_r, total = new_p, new_r, total + own
     if current:
         groups.append(torch.cat(current))
     return groups
@@ -103,11 +111,14 @@ def agreed_plan(plan: list[Tensor], group_size: int = 1) -> list[tuple[Tensor, b
 
 def make_micro_batch(prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, response_mask: Tensor,
                      rows: Tensor, device: torch.device | str = "cpu", group_size: int = 1,
-                     packed: bool | str = False) -> MicroBatch | PackedMicroBatch:
+                     packed: bool | str = False) -> MicroBatch | PackedMicroBatch | VarlenMicroBatch:
     """The micro-batch of ``rows``: padded (``[prompt | response]`` per row, trimmed), or with
     ``packed`` and whole groups (``group_size > 1``) each group's responses packed into rows no wider
     than the longest (:mod:`mathrl.train.packing`); ``packed="one_call"``: packed, prompt and bins in
-    one model call (what :func:`layout_choice` picks under ZeRO-3)."""
+    one model call (what :func:`layout_choice` picks under ZeRO-3); ``packed="varlen"``: every row's
+    real tokens in one sequence, no mask (:mod:`mathrl.train.varlen`)."""
+    if packed == "varlen":
+        return make_varlen_micro_batch(prompt_ids, prompt_mask, response_ids, response_mask, rows, device)
     if packed and group_size > 1:
         return make_packed_micro_batch(prompt_ids, prompt_mask, response_ids, response_mask, rows, device, group_size,
                                        one_call=packed == "one_call")
@@ -127,11 +138,19 @@ def make_micro_batch(prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tens
                       group_size=max(1, group_size))
 
 
-def layout_choice(model, packing: bool) -> bool | str:
-    """``packing`` where ``model`` can run the packed layout: its attention takes the 4D mask and
-    gradient checkpointing (which drops the prompt's cache) is off. Under ZeRO-3 ``"one_call"`` (truthy):
-    the packed layout in one model call per micro-batch, since each call gathers all parameters
-    (mathrl/train/packing.py)."""
+def layout_choice(model, packing: bool | str) -> bool | str:
+    """The layout ``model``'s training forwards use for the request ``packing`` (``train.packing``, or
+    ``"varlen"`` for ``train.padding_free``):
+
+    * ``"varlen"`` (:mod:`mathrl.train.varlen`) when requested, or when packing is on and the model's
+      attention is a kernel that runs packed sequences without a mask (flash-attention, flex);
+    * ``True`` (:mod:`mathrl.train.packing`) when packing is on, the attention takes the 4D mask and
+      gradient checkpointing (which drops the prompt's cache) is off; under ZeRO-3 ``"one_call"``
+      (truthy): the packed layout in one model call per micro-batch, since each call gathers all
+      parameters;
+    * ``False`` (padded) otherwise."""
+    if packing == "varlen" or (packing and varlen_kernel(model)):
+        return "varlen"
     if not (bool(packing) and packing_supported(model) and not _checkpointing(model)):
         return False
     return "one_call" if packing == "one_call" or _zero3(model) else True
@@ -171,6 +190,8 @@ def policy_forward(model, mb: MicroBatch, *, temperature: float = 1.0, with_entr
     and optionally per-token entropies."""
     if isinstance(mb, PackedMicroBatch):
         return packed_policy_forward(model, mb, temperature=temperature, with_entropy=with_entropy)
+    if isinstance(mb, VarlenMicroBatch):
+        return varlen_policy_forward(model, mb, temperature=temperature, with_entropy=with_entropy)
     logits = response_logits(model, mb)
     if with_entropy:  # one fused pass: a single [n, T, V] gradient instead of two
         return logprobs_and_entropy_from_logits(logits, mb.response_ids, mb.response_mask, temperature=temperature)
@@ -200,6 +221,8 @@ def value_forward(critic, mb: MicroBatch) -> Tensor:
     last position."""
     if isinstance(mb, PackedMicroBatch):
         return packed_value_forward(critic, mb)
+    if isinstance(mb, VarlenMicroBatch):
+        return varlen_value_forward(critic, mb)
     g = mb.group_size
     if g == 1 or _checkpointing(critic):
         v = critic(mb.input_ids, mb.attention_mask, mb.position_ids)
@@ -221,11 +244,11 @@ def scatter_rows(full: Tensor, mb: MicroBatch, values: Tensor) -> None:
 
 @torch.no_grad()
 def batch_logprobs(model, prompt_ids, prompt_mask, response_ids, response_mask, *, token_budget: int,
-                   temperature: float, device, group_size: int = 1, packed: bool = False) -> Tensor:
+                   temperature: float, device, group_size: int = 1, packed: bool | str = False) -> Tensor:
     """Logprobs ``[N, T]`` of every response token under ``model`` (no grad), micro-batched."""
     full = torch.zeros(response_ids.shape, dtype=torch.float32)
-    plan = plan_micro_batches(prompt_mask, response_mask, token_budget, group_size=group_size)
     pack = layout_choice(model, packed)
+    plan = plan_micro_batches(prompt_mask, response_mask, token_budget, group_size=group_size, real=pack == "varlen")
     for rows, real in agreed_plan(plan, group_size):  # same forward count on every rank (ZeRO-3 gathers)
         mb = make_micro_batch(prompt_ids, prompt_mask, response_ids, response_mask, rows, device, group_size, pack)
         logp, _ = policy_forward(model, mb, temperature=temperature)
@@ -236,11 +259,11 @@ def batch_logprobs(model, prompt_ids, prompt_mask, response_ids, response_mask, 
 
 @torch.no_grad()
 def batch_values(critic, prompt_ids, prompt_mask, response_ids, response_mask, *, token_budget: int,
-                 device, group_size: int = 1, packed: bool = False) -> Tensor:
+                 device, group_size: int = 1, packed: bool | str = False) -> Tensor:
     """Critic values ``[N, T]`` (no grad), micro-batched."""
     full = torch.zeros(response_ids.shape, dtype=torch.float32)
-    plan = plan_micro_batches(prompt_mask, response_mask, token_budget, group_size=group_size)
     pack = layout_choice(critic, packed)
+    plan = plan_micro_batches(prompt_mask, response_mask, token_budget, group_size=group_size, real=pack == "varlen")
     for rows, real in agreed_plan(plan, group_size):
         mb = make_micro_batch(prompt_ids, prompt_mask, response_ids, response_mask, rows, device, group_size, pack)
         v = value_forward(critic, mb)

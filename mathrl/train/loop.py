@@ -67,8 +67,8 @@ from mathrl.train.models import (Models, build_models, iterative_reference, make
                                  reset_reference, sync_weights)
 from mathrl.train.report import evaluate, main_only, write_report
 from mathrl.train.sampling import sample_records, sample_step, sampling_seed
-from mathrl.train.update import (TrainBatch, group_share, sampling_temperature, step_metrics, update_critic,
-                                 update_policy)
+from mathrl.train.update import (TrainBatch, group_share, layout_request, packed, sampling_temperature, step_metrics,
+                                 update_critic, update_policy)
 from mathrl.train.setup import prepare_run, resume_and_log
 
 
@@ -119,7 +119,7 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
     pids, pmask, rids = batch.prompt_ids, batch.prompt_mask, batch.response_ids
     gs = group_share(cfg)  # rows per shared prompt in the forwards (train.share_prompt)
     fwd = dict(token_budget=t.micro_batch_tokens, device=device(), group_size=gs,
-               packed=cfg.train.packing)  # each model where it can (train.packing)
+               packed=layout_request(cfg))  # each model where it can (train.packing, train.padding_free)
     temperature = sampling_temperature(r)  # logprobs of the distribution that was sampled
 
     # 4. no-grad forwards. The old logprobs equal the current ones (and are not computed) when the
@@ -169,7 +169,8 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
         for m in range(n_minibatches):
             prompts_mb = prompt_order[m * per_mb:(m + 1) * per_mb]
             rows = (prompts_mb[:, None] * G + torch.arange(G)[None, :]).flatten()
-            plan = plan_micro_batches(pmask, mask, t.micro_batch_tokens, rows, group_size=gs)
+            plan = plan_micro_batches(pmask, mask, t.micro_batch_tokens, rows, group_size=gs,
+                                      real=packed(cfg, models.policy) == "varlen")
             counted = mask if loss_mask is None else loss_mask
             norms = global_normalizers([counted[rows_] for rows_ in plan], reduce=global_sum)
             # every rank runs the same number of backwards (ZeRO-2/3 communicate inside each one)

@@ -86,7 +86,7 @@ def build_models(cfg: Config, dist: DistInfo, total_steps: int) -> Models:
     its warm-up (``train.warmup_steps``, also RL steps) are sized in optimizer steps, since the scheduler
     advances once per optimizer step (:func:`optimizer_steps_per_rl_step` of them per RL step)."""
     from mathrl.models import load_causal_lm, load_tokenizer, resolve_model_path
-    from mathrl.models.loading import disable_dropout
+    from mathrl.models.loading import disable_dropout, set_attention
     from mathrl.models.value_head import ValueModel
 
     dtype = resolve_dtype(cfg.model.dtype)
@@ -100,7 +100,8 @@ def build_models(cfg: Config, dist: DistInfo, total_steps: int) -> Models:
                           grad_clip=cfg.train.max_grad_norm, dtype=dtype,
                           config_path=cfg.deepspeed.config_path) if stage3 else None
     with zero3_init(policy_ds):
-        policy = load_causal_lm(path, dtype=dtype, gradient_checkpointing=cfg.model.gradient_checkpointing)
+        policy = load_causal_lm(path, dtype=dtype, gradient_checkpointing=cfg.model.gradient_checkpointing,
+                                attn_implementation=cfg.model.attn_implementation)
     if cfg.model.disable_dropout:
         disable_dropout(policy)
     if cfg.model.lora is not None:  # after disable_dropout: model.lora.dropout is the adapters' own
@@ -124,7 +125,7 @@ def build_models(cfg: Config, dist: DistInfo, total_steps: int) -> Models:
     elif cfg.algo.kl_coef > 0:
         ref_path = resolve_model_path(cfg.model.ref_model, cfg.model.cache_dir) if cfg.model.ref_model else path
         with zero3_init(inference_ds_config(dtype, dist.world_size) if stage3 else None):
-            ref_module = load_causal_lm(ref_path, dtype=dtype)
+            ref_module = load_causal_lm(ref_path, dtype=dtype, attn_implementation=cfg.model.attn_implementation)
         disable_dropout(ref_module)  # a frozen reference runs in eval mode anyway; this also covers train()
         enable_autocast(ref_module, amp)
         ref = build_inference_engine(ref_module, stage=cfg.deepspeed.zero_stage,
@@ -134,6 +135,7 @@ def build_models(cfg: Config, dist: DistInfo, total_steps: int) -> Models:
         cpath = resolve_model_path(cfg.model.critic_model, cfg.model.cache_dir) if cfg.model.critic_model else path
         with zero3_init(policy_ds):  # sharded like the policy under ZeRO-3
             critic_module = ValueModel.from_pretrained(cpath, dtype=dtype)
+        set_attention(critic_module.backbone, cfg.model.attn_implementation)
         if cfg.model.disable_dropout:
             disable_dropout(critic_module)
         # the packed and shared-prompt paths call the backbone and the head directly

@@ -41,10 +41,15 @@ def group_share(cfg: Config) -> int:
     return cfg.rollout.n if cfg.train.share_prompt and cfg.rollout.n > 1 else 1
 
 
-def packed(cfg: Config, model) -> bool:
-    """Whether training forwards of ``model`` pack each group's responses (train.packing, where the
-    model can: mathrl/train/packing.py)."""
-    return layout_choice(model, cfg.train.packing)
+def layout_request(cfg: Config) -> bool | str:
+    """What the config asks of the training forwards' layout: ``"varlen"`` (train.padding_free) or
+    train.packing (:func:`mathrl.train.forward.layout_choice` decides per model)."""
+    return "varlen" if cfg.train.padding_free else cfg.train.packing
+
+
+def packed(cfg: Config, model) -> bool | str:
+    """The layout of ``model``'s training forwards (:func:`layout_request`, where the model can run it)."""
+    return layout_choice(model, layout_request(cfg))
 
 
 def sampling_temperature(r) -> float:

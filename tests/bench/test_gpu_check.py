@@ -114,6 +114,7 @@ def test_gpu_check_cpu_mode_end_to_end(tmp_path):
     assert d["eval"]["rc"] == 0 and d["eval"]["summary_written"]
     assert "DeepSpeed ZeRO-2" in d["bench"]["optimizer"] and d["bench"]["update_tok_s"] > 0
     assert d["bench"]["gen_tok_s"] > 0 and d["bench"]["raw_gen_tok_s"] > 0
+    assert d["varlen"]["layout"] == "varlen" and d["varlen"]["update_tok_s"] > 0
     assert d["offload"]["steps_logged"] == 2
     md = (out / "gpu_check.md").read_text()
     for s in gpu_check.STEPS:

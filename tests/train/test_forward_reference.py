@@ -39,6 +39,7 @@ from mathrl.procs import DIST_ENV_VARS
 from mathrl.train.forward import (batch_logprobs, batch_values, layout_choice, make_micro_batch,
                                   plan_micro_batches, policy_forward, value_forward)
 from mathrl.train.packing import make_packed_micro_batch
+from mathrl.train.varlen import make_varlen_micro_batch
 
 VOCAB = 256
 G = 4                                  # responses per prompt
@@ -218,9 +219,11 @@ def test_batch_shape_is_what_the_reference_needs(batch):
 
 PACKED = functools.partial(make_micro_batch, packed=True)
 # (group size, packed): padded rows alone, padded with a shared prompt, the shared prompt with each
-# group's responses packed into bins (mathrl/train/packing.py), and the same in one model call per
-# micro-batch (ZeRO-3's layout)
-LAYOUTS = {"plain": (1, False), "shared": (G, False), "packed": (G, True), "one_call": (G, "one_call")}
+# group's responses packed into bins (mathrl/train/packing.py), the same in one model call per
+# micro-batch (ZeRO-3's layout), and every row's real tokens in one sequence without a mask
+# (mathrl/train/varlen.py: train.padding_free, flash-attention's layout)
+LAYOUTS = {"plain": (1, False), "shared": (G, False), "packed": (G, True), "one_call": (G, "one_call"),
+           "varlen": (G, "varlen")}
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
@@ -238,7 +241,7 @@ def test_policy_forward_matches_row_alone_reference(batch, arch, attn, layout):
     _report(f"policy {arch}/{attn}/gs={gs}", logp=d_lp, entropy=d_ent, grad=d_grad)
 
 
-@pytest.mark.parametrize("layout,calls", [("shared", 2), ("packed", 2), ("one_call", 1)])
+@pytest.mark.parametrize("layout,calls", [("shared", 2), ("packed", 2), ("one_call", 1), ("varlen", 1)])
 def test_model_calls_per_micro_batch(batch, layout, calls):
     """Forward calls per micro-batch of the shared-prompt layouts (policy and critic): the prompt pass
     and the response pass, or one call (ZeRO-3 gathers the parameters once per call, issue 37 point 9)."""
@@ -367,11 +370,37 @@ PACKED_MUTATIONS = {f.__name__.lstrip("_"): f for f in (_packed_responses_see_ea
                                                         _packed_targets_shifted)}
 
 
+def _varlen_positions_run_on(*args, **kw):
+    """Padding-free rows whose positions run on through the sequence: no boundary is found, every row
+    attends to the rows before it."""
+    mb = make_varlen_micro_batch(*args[:6])
+    return dataclasses.replace(mb, pos=torch.arange(mb.ids.shape[1])[None])
+
+
+def _varlen_keep_shifted(*args, **kw):
+    """Padding-free rows scored one position late: each logit scores the token it was fed."""
+    mb = make_varlen_micro_batch(*args[:6])
+    return dataclasses.replace(mb, keep=mb.keep + 1)
+
+
+def _varlen_first_position_wrong(*args, **kw):
+    """Padding-free rows where one token (the first row's first) has a wrong position."""
+    mb = make_varlen_micro_batch(*args[:6])
+    pos = mb.pos.clone()
+    pos[0, 0] = 7  # the first row's first token claims a later position: RoPE sees a different distance
+    return dataclasses.replace(mb, pos=pos)
+
+
+PACKED_MUTATIONS.update({f.__name__.lstrip("_"): f for f in (_varlen_positions_run_on, _varlen_keep_shifted,
+                                                             _varlen_first_position_wrong)})
+
+
 @pytest.mark.parametrize("mutation", list(PACKED_MUTATIONS))
 def test_negative_control_mutated_packing_is_detected(batch, mutation):
     ref_lp, _, _ = _policy_reference("llama", "sdpa", batch)
     model = _model("llama", "sdpa").eval()
     lp, _, _ = _mathrl_policy(model, batch, G, builder=PACKED_MUTATIONS[mutation], grad=False)
+
     diff = _max_diff(lp, ref_lp)
     _report(f"negative control packed/{mutation}", logp=diff)
     with pytest.raises(AssertionError):
@@ -427,7 +456,7 @@ def process_group(monkeypatch):
 @pytest.mark.slow  # starts DeepSpeed
 @pytest.mark.parametrize("stage", [1, 3])
 @pytest.mark.parametrize("arch", list(ARCHS))
-@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+@pytest.mark.parametrize("packed", [False, True, "varlen"], ids=["padded", "packed", "varlen"])
 def test_deepspeed_engine_matches_row_alone_reference(batch, process_group, arch, stage, packed):
     from deepspeed.utils import safe_get_full_grad
 
@@ -440,7 +469,7 @@ def test_deepspeed_engine_matches_row_alone_reference(batch, process_group, arch
     if stage == 3:  # the parameters really are partitioned: forwards gather them
         assert any(p.numel() == 0 for p in engine.module.parameters())
     layout = layout_choice(engine, packed)  # ZeRO-3 packs in one call per micro-batch
-    assert layout == ("one_call" if packed and stage == 3 else packed)
+    assert layout == ("varlen" if packed == "varlen" else "one_call" if packed and stage == 3 else packed)
     calls = []
     engine.module.register_forward_pre_hook(lambda *_: calls.append(1))
     diffs = {}
@@ -455,7 +484,7 @@ def test_deepspeed_engine_matches_row_alone_reference(batch, process_group, arch
         mb = make_micro_batch(batch.pids, batch.pmask, batch.rids, batch.rmask, rows, "cpu", G, layout)
         calls.clear()
         lp, ent = policy_forward(engine, mb, temperature=TEMP, with_entropy=True)
-        assert len(calls) == (1 if layout == "one_call" else 2), (layout, len(calls))
+        assert len(calls) == (1 if layout in ("one_call", "varlen") else 2), (layout, len(calls))
         loss = (batch.w_lp[rows, : mb.T] * lp).sum() + (batch.w_ent[rows, : mb.T] * ent).sum()
         engine.backward(loss, scale_wrt_gas=False)
         lp_full[rows, : mb.T], ent_full[rows, : mb.T] = lp.detach(), ent.detach()
@@ -464,4 +493,4 @@ def test_deepspeed_engine_matches_row_alone_reference(batch, process_group, arch
     grads = {n: safe_get_full_grad(p) for n, p in engine.module.named_parameters()}
     diffs["grad"] = _compare_grads({n: g.float().reshape(ref_grads[n].shape) for n, g in grads.items()
                                     if g is not None}, ref_grads, f"engine z{stage} {arch}")
-    _report(f"engine {arch}/zero{stage}/{'packed' if packed else 'padded'}", **diffs)
+    _report(f"engine {arch}/zero{stage}/{layout or 'padded'}", **diffs)
