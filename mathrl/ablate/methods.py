@@ -55,10 +55,12 @@ def sample_and_filter(cfg: Config, dist, models, rollout, problems: list, step: 
     :func:`mathrl.train.loop.train_step`. Returns the kept rows' tensors (``prompt_ids``,
     ``prompt_mask``, ``response_ids``, ``response_mask``) and step statistics.
     """
+    from mathrl.train.models import generation_weights
     from mathrl.train.sampling import sample_and_grade
     from mathrl.train.sft import rft_filter
 
-    s = sample_and_grade(cfg, dist, models.tokenizer, rollout, problems, step)
+    with generation_weights(rollout, models.policy):  # ZeRO-3 + hf engine: gathered on every rank for the phase
+        s = sample_and_grade(cfg, dist, models.tokenizer, rollout, problems, step)
     batch, correct, truncated, batch_problems = s.batch, s.correct, s.truncated, s.problems
     kept = rft_filter(batch.group_index.tolist(), batch.response_text, correct, dedup=dedup,
                       max_per_problem=max_per_problem)

@@ -63,8 +63,8 @@ from mathrl.train.metrics import process_stats
 from mathrl.train.memory import fit_micro_batches, size_rollout_context
 from mathrl.train.offpolicy import OffPolicySampler
 from mathrl.train.preflight import inert_settings, longest_prompt
-from mathrl.train.models import (Models, build_models, iterative_reference, make_rollout, optimizer_steps_per_rl_step,
-                                 reset_reference, sync_weights)
+from mathrl.train.models import (Models, build_models, generation_weights, iterative_reference, make_rollout,
+                                 optimizer_steps_per_rl_step, reset_reference, sync_weights)
 from mathrl.train.report import evaluate, main_only, write_report
 from mathrl.train.sampling import sample_records, sample_step, sampling_seed
 from mathrl.train.update import (TrainBatch, group_share, layout_request, packed, sampling_temperature, step_metrics,
@@ -110,7 +110,8 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
     # 1-3. this rank's problems, G sampled responses each, graded and scored (with algo.dynamic_sampling:
     #      more rounds until every rank has its share of groups whose rewards differ)
     if sampler is None:
-        s = sample_step(cfg, dist, models.tokenizer, rollout, problems, state)
+        with generation_weights(rollout, models.policy):  # ZeRO-3 + hf engine: gathered for the whole phase
+            s = sample_step(cfg, dist, models.tokenizer, rollout, problems, state)
     else:  # asynchronous: the batch sampled (with the weights one step old) while the last step trained
         s = sampler.take(state)
     times = dict(s.times)
@@ -214,6 +215,12 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
     return metrics
 
 
+def _evaluate(models: Models, rollout, eval_problems, cfg: Config, **kw) -> dict:
+    """:func:`mathrl.train.report.evaluate` with the policy's weights ready for generation (every rank)."""
+    with generation_weights(rollout, models.policy):
+        return evaluate(rollout, eval_problems, cfg, **kw)
+
+
 def run(cfg: Config, *, loss_sign: float = 1.0, problems=None) -> int:
     """Run training as configured; returns the process exit code.
 
@@ -266,7 +273,7 @@ def run(cfg: Config, *, loss_sign: float = 1.0, problems=None) -> int:
         before: dict = {}
         last_eval: tuple[int, dict] = (-1, {})
         if eval_problems and state.step == 0:
-            before = evaluate(rollout, eval_problems, cfg, out_dir=main_only(dist, out / "eval" / "step_000000"),
+            before = _evaluate(models, rollout, eval_problems, cfg, out_dir=main_only(dist, out / "eval" / "step_000000"),
                               dist=dist)
             logger.log(0, before, event="eval")
         last_save = time.monotonic()
@@ -300,7 +307,7 @@ def run(cfg: Config, *, loss_sign: float = 1.0, problems=None) -> int:
                 save_checkpoint(cfg, dist, models, state)
                 last_save = time.monotonic()
             if cfg.eval.every and state.step % cfg.eval.every == 0 and eval_problems:
-                last_eval = (state.step, evaluate(rollout, eval_problems, cfg, dist=dist, out_dir=main_only(
+                last_eval = (state.step, _evaluate(models, rollout, eval_problems, cfg, dist=dist, out_dir=main_only(
                     dist, out / "eval" / ckpt.step_dirname(state.step))))
                 logger.log(state.step, last_eval[1], event="eval")
         if not ckpt.list_checkpoints(out) or ckpt.list_checkpoints(out)[-1][0] != state.step:
@@ -308,7 +315,7 @@ def run(cfg: Config, *, loss_sign: float = 1.0, problems=None) -> int:
         if last_eval[0] == state.step:  # the periodic evaluation of the last step is the final one
             after = last_eval[1]
         else:
-            after = evaluate(rollout, eval_problems, cfg, dist=dist, out_dir=main_only(
+            after = _evaluate(models, rollout, eval_problems, cfg, dist=dist, out_dir=main_only(
                 dist, out / "eval" / ckpt.step_dirname(state.step))) if eval_problems else {}
             if after:
                 logger.log(state.step, after, event="eval")

@@ -3,6 +3,7 @@ gradient guard, and the rollout engine with the weight sync between them."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -199,16 +200,16 @@ def reset_reference(models: Models) -> int:
 
 
 def make_rollout(cfg: Config, models: Models):
-    """The rollout engine. The hf backend shares the trainer's module when it is not ZeRO-3
-    sharded and rollout is synchronous (no second copy of the weights, nothing to sync); vLLM gets
-    weights pushed."""
+    """The rollout engine. The hf backend shares the trainer's module when rollout is synchronous (no
+    second copy of the weights, nothing to sync; under ZeRO-3 its parameters are gathered for each
+    generation phase: :func:`generation_weights`); vLLM gets weights pushed."""
     from mathrl.rollout import make_engine, resolve_backend
 
     backend, _why = resolve_backend(cfg.rollout.backend, cfg.rollout.vllm_python)
     kwargs: dict[str, Any] = {}
     if backend == "hf":
         # asynchronous rollout samples while the trainer updates: the engine needs its own copy then
-        if models.policy.zero_optimization_stage() < 3 and not cfg.rollout.staleness:
+        if not cfg.rollout.staleness:
             kwargs["model"] = models.policy.module
         kwargs["device"] = device()
     else:
@@ -232,6 +233,26 @@ def make_rollout(cfg: Config, models: Models):
 
     reload_weights_with(engine, lambda: sync_weights(engine, models.policy))
     return engine
+
+
+@contextlib.contextmanager
+def generation_weights(rollout, engine):
+    """The block in which ``rollout`` generates (a step's sampling, an evaluation). Where the hf engine
+    shares a ZeRO-3 policy's module, the module's parameters are gathered whole on every rank for the
+    block and DeepSpeed's per-layer gather hooks are off meanwhile (DeepSpeed's own
+    ``unwrap_model_for_generation``, as TRL's ``unwrap_model_for_generation`` does), then partitioned
+    again: the full weights exist only while generating, with no copy beside the shards and no sync.
+    Every rank must enter the block together: ranks generate different numbers of times within it
+    (evaluation chunks, dynamic-sampling rounds), which a gather per ``generate`` would deadlock on.
+    Elsewhere it does nothing."""
+    stage = getattr(engine, "zero_optimization_stage", None)
+    if getattr(rollout, "model", None) is not engine.module or not callable(stage) or stage() < 3:
+        yield
+        return
+    from deepspeed.runtime.zero.stage3 import unwrap_model_for_generation
+
+    with unwrap_model_for_generation(engine):
+        yield
 
 
 def sync_weights(rollout, engine) -> int:

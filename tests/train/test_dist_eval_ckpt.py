@@ -4,7 +4,10 @@
   per-sample record) is identical to one process's;
 * each rank hashes the checkpoint files it wrote (its ZeRO shards) on save and verifies them on resume;
   rank 0 does not hash the other rank's shards; a tampered shard of rank 1 is refused on resume with the
-  file named.
+  file named;
+* under ZeRO-3 the hf engine generates with the trainer's own (sharded) module, gathered for each
+  sampling and evaluation phase on both ranks although they generate different numbers of chunks,
+  and gives ZeRO-2's samples.
 """
 
 from __future__ import annotations
@@ -94,3 +97,47 @@ def test_resume_verifies_on_each_rank_and_refuses_a_tampered_shard(runs, tiny_mo
     rc, log = launch(tiny_model_dir, two, 2, 3)
     assert rc != 0
     assert shard.name in log and "SHA-256" in log, log[-3000:]
+
+
+def test_zero3_hf_engine_generates_with_the_gathered_module(tiny_model_dir, tmp_path):
+    """ZeRO-3, two ranks, the hf engine: no copy of the weights beside the shards (the engine holds the
+    policy's module, gathered for each generation phase). Five held-out problems in chunks of two give
+    rank 0 two chunks and rank 1 one: a gather per ``generate`` call would leave rank 0 waiting for rank 1
+    in its second chunk. The evaluation before training and the first step's samples equal ZeRO-2's
+    (the same weights and seeds), and the run trains through both phases."""
+    outs = {}
+    for stage in (2, 3):
+        out = tmp_path / f"z{stage}"
+        rc, log = launch(tiny_model_dir, out, 2, 2, f"deepspeed.zero_stage={stage}", "data.eval_limit=5",
+                         "logging.log_samples=4")
+        assert rc == 0, log[-4000:]
+        outs[stage] = out
+    z2, z3 = outs[2], outs[3]
+    assert [(z3 / f"shares_module_rank{r}.txt").read_text() for r in (0, 1)] == ["True", "True"]
+    for r in (0, 1):  # every generate call (sampling and evaluation chunks) saw the whole weights
+        calls = (z3 / f"whole_weights_rank{r}.txt").read_text().split()
+        assert calls and set(calls) == {"True"}, (r, calls)
+    shares = [(z3 / f"generated_rank{r}.txt").read_text().splitlines()[0].split() for r in (0, 1)]
+    assert [len(s) for s in shares] == [3, 2], shares  # rank 0: chunks 1 and 3; rank 1: chunk 2
+    before = "eval/step_000000/heldout/samples.jsonl"
+    assert (z3 / before).read_text() == (z2 / before).read_text()
+    assert len((z3 / before).read_text().splitlines()) == 5
+    first = [m for m in read_metrics(z3 / "metrics.jsonl") if m.get("step") == 1 and "event" not in m]
+    ref = [m for m in read_metrics(z2 / "metrics.jsonl") if m.get("step") == 1 and "event" not in m]
+    for key in ("reward/mean", "response/length_mean", "response/length_max"):
+        assert first[0][key] == ref[0][key], key
+    assert (z3 / "rollouts.jsonl").read_text().splitlines()[:4] == (z2 / "rollouts.jsonl").read_text().splitlines()[:4]
+    steps = [m for m in read_metrics(z3 / "metrics.jsonl") if "event" not in m and "step" in m]
+    assert [m["step"] for m in steps] == [1, 2] and all(m["bad_step"] == 0 for m in steps)
+
+
+def test_zero3_online_rft_generates_with_the_gathered_module(tiny_model_dir, tmp_path):
+    """The RFT driver samples through the same phase (mathrl/ablate/methods.py): under ZeRO-3 on two
+    ranks its hf engine holds the policy's module and every generate call sees the whole weights."""
+    out = tmp_path / "rft"
+    rc, log = launch(tiny_model_dir, out, 2, 2, "deepspeed.zero_stage=3", "method=online_rft")
+    assert rc == 0, log[-4000:]
+    for r in (0, 1):
+        assert (out / f"shares_module_rank{r}.txt").read_text() == "True"
+        calls = (out / f"whole_weights_rank{r}.txt").read_text().split()
+        assert len(calls) >= 2 and set(calls) == {"True"}, (r, calls)
