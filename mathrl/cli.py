@@ -40,6 +40,8 @@ def _train_parser() -> argparse.ArgumentParser:
     p.add_argument("config", nargs="?", help="YAML recipe, e.g. configs/demo.yaml")
     p.add_argument("overrides", nargs="*", help="dotted overrides key.sub=value")
     p.add_argument("--resume", help="'auto' or a checkpoint folder (same as train.resume=...)")
+    p.add_argument("--overwrite", action="store_true", help="start afresh in a train.output_dir that holds another "
+                   "run, moving that run aside to <output_dir>.replaced-<time> (same as train.overwrite=true)")
     p.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
     return p
 
@@ -54,6 +56,8 @@ def cmd_train(argv: list[str]) -> int:
         config_path = None
     if args.resume:
         overrides.append(f"train.resume={args.resume}")
+    if args.overwrite:
+        overrides.append("train.overwrite=true")
     cfg = load_config(config_path, overrides)
     if args.print_config:
         print(dump_yaml(cfg), end="")

@@ -368,6 +368,9 @@ class TrainConfig:
         "--resume auto.", ge=0.0)
     keep_last: int = option(2, "Checkpoints kept (older ones are deleted after a new one is complete).", ge=1)
     resume: str = option("none", "'none', 'auto' (newest complete checkpoint in output_dir) or a checkpoint path.")
+    overwrite: bool = option(False, "Start a new run in an output_dir that holds another run (checkpoints or metrics) "
+                             "by moving that run aside to <output_dir>.replaced-<UTC time> (mathrl train "
+                             "--overwrite). Without it such a start stops and names the choices.")
     dist_timeout_minutes: float = option(60.0, "Process-group timeout: how long a rank waits in a collective "
                                          "for the others (DeepSpeed's default is 10 min, less than rank 0 may need "
                                          "to evaluate or hash a large checkpoint while the others wait).", gt=0.0)

@@ -185,8 +185,16 @@ def _curve(summary: dict, kind: str) -> dict[str, tuple[list[int], list[float], 
 
 
 def write_plots(out_dir: str | Path, summary: dict) -> list[Path]:
-    """pass@k vs k, maj@k vs k (log-2 k axis, shaded CI) and per-level accuracy; returns the PNG paths."""
-    plt = pyplot()
+    """pass@k vs k, maj@k vs k (log-2 k axis, shaded CI) and per-level accuracy; returns the PNG paths
+    (none, with a note, where matplotlib is not installed: summary.json and report.md hold the numbers)."""
+    try:
+        plt = pyplot()
+    except ImportError:
+        import sys
+
+        print(f"mathrl: matplotlib is not installed; no plots in {out_dir} (summary.json and report.md have the "
+              "numbers)", file=sys.stderr, flush=True)
+        return []
     out_dir = Path(out_dir)
     written = []
     for kind, fname, title in (("pass", "pass_at_k.png", "pass@k (unbiased)"),

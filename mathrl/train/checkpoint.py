@@ -145,15 +145,76 @@ def write_manifest(folder: Path, extra: dict[str, Any] | None = None,
 
 def is_complete(folder: Path) -> bool:
     """A checkpoint is complete when its manifest exists and every listed file has its size."""
+    return incomplete_reason(folder) is None
+
+
+def incomplete_reason(folder: Path) -> str | None:
+    """Why ``folder`` is not a complete checkpoint (its manifest missing or unreadable, a listed file
+    missing or of another size than listed), or None when it is complete."""
     try:
         manifest = json.loads((folder / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return False
+    except FileNotFoundError:
+        return f"no {MANIFEST} (written last: the save did not finish, or the file was removed)"
+    except (OSError, ValueError) as exc:
+        return f"unreadable {MANIFEST} ({type(exc).__name__})"
+    if not isinstance(manifest, dict):
+        return f"unreadable {MANIFEST} (not a mapping)"
     for rel, size in manifest.get("files", {}).items():
         p = folder / rel
-        if not p.is_file() or p.stat().st_size != size:
-            return False
-    return True
+        if not p.is_file():
+            return f"{rel} is missing"
+        if p.stat().st_size != size:
+            return f"{rel} is {p.stat().st_size} bytes, the manifest lists {size}"
+    return None
+
+
+def damaged_newer(output_dir: str | os.PathLike) -> list[tuple[Path, str]]:
+    """Checkpoint folders newer than the newest complete one that are not complete, with the reason
+    (what ``--resume auto`` passes over), oldest first."""
+    root = ckpt_root(output_dir)
+    if not root.is_dir():
+        return []
+    complete = list_checkpoints(output_dir)
+    newest = complete[-1][0] if complete else -1
+    out = []
+    for p in sorted(root.iterdir()):
+        m = CKPT_RE.match(p.name)
+        if m and p.is_dir() and int(m.group(1)) > newest:
+            why = incomplete_reason(p)
+            if why is not None:
+                out.append((p, why))
+    return out
+
+
+def move_aside(path: Path, label: str) -> Path:
+    """Rename ``path`` to ``<path>.<label>-<UTC time>`` beside it (never deleting anything); returns the new path."""
+    import time as _time
+
+    stamp = _time.strftime("%Y%m%d-%H%M%S", _time.gmtime())
+    dest = path.with_name(f"{path.name}.{label}-{stamp}")
+    n = 1
+    while dest.exists():
+        n += 1
+        dest = path.with_name(f"{path.name}.{label}-{stamp}-{n}")
+    os.rename(path, dest)
+    return dest
+
+
+def holds_run(output_dir: str | os.PathLike) -> str | None:
+    """What in ``output_dir`` belongs to an earlier run (checkpoints, logged metrics), as a short phrase;
+    None when there is nothing to lose."""
+    out = Path(output_dir)
+    found = []
+    root = ckpt_root(out)
+    steps = sorted(p.name for p in root.iterdir() if CKPT_RE.match(p.name)) if root.is_dir() else []
+    if steps:
+        found.append(f"{len(steps)} checkpoint(s), newest {steps[-1]}")
+    metrics = out / "metrics.jsonl"
+    if metrics.is_file() and metrics.stat().st_size > 0:
+        with open(metrics, "rb") as fh:
+            lines = sum(1 for line in fh if line.strip())
+        found.append(f"{lines} line(s) of metrics.jsonl")
+    return ", ".join(found) or None
 
 
 def verify(folder: Path, rank: int = 0, world_size: int = 1) -> None:
@@ -247,8 +308,10 @@ def commit(tmp: Path, step: int, keep_last: int, extra: dict[str, Any] | None = 
         os.fsync(dfd)
     finally:
         os.close(dfd)
-    complete = list_checkpoints(tmp.parent.parent)
-    for _s, p in complete[:-keep_last] if keep_last > 0 else []:
+    # the oldest go, never the one just written (a folder can hold checkpoints with higher step numbers, e.g.
+    # after resuming from an earlier one by path)
+    older = [p for _s, p in list_checkpoints(tmp.parent.parent) if p != final]
+    for p in older[:max(0, len(older) - (keep_last - 1))] if keep_last > 0 else []:
         shutil.rmtree(p, ignore_errors=True)
     return final
 

@@ -16,17 +16,29 @@ def evaluate(rollout, problems, cfg: Config, *, out_dir: Path | None = None,
     accuracy, pass@k and maj@k over ``eval.n`` samples, plus the format metrics of the demo.
 
     ``greedy_boxed`` is the strict score: greedy answer correct *and* written in ``\\boxed{}``.
-    Per-sample records go to ``out_dir/heldout/samples.jsonl`` when ``out_dir`` is given (pass it on
-    the main rank only). With ``dist`` of several ranks every rank generates and grades its share of
+    Per-sample records go to ``out_dir/heldout/samples.jsonl`` and ``out_dir`` becomes an evaluation
+    folder (``summary.json``, ``report.md``, plots) as ``mathrl eval`` writes it, when ``out_dir`` is given
+    (pass it on the main rank only). With ``dist`` of several ranks every rank generates and grades its share of
     the chunks, the graded records are all-gathered and every rank returns the same metrics (no rank
     waits in a collective while one rank evaluates everything).
     """
+    import time
+
+    from mathrl.eval.report import write_report
     from mathrl.eval.runner import EvalSettings, evaluate_benchmark
 
     settings = EvalSettings.from_config(cfg)
     part = (dist.rank, dist.world_size) if dist is not None else (0, 1)
+    t0 = time.time()
     res = evaluate_benchmark(rollout, problems, settings, name="heldout", out_dir=out_dir, log=lambda _m: None,
                              part=part, gather=all_gather_objects)
+    if out_dir is not None:  # an evaluation folder like `mathrl eval`'s: --compare, --regrade and --series read it
+        step = out_dir.name.removeprefix("step_")
+        write_report(out_dir, {
+            "model": f"{cfg.model.name}, trained in {cfg.train.output_dir} to step {int(step) if step.isdigit() else step}",
+            "command": "mathrl train (held-out evaluation during training)", "backend": type(rollout).__name__,
+            "settings": settings.to_dict(), "benchmarks": {"heldout": res.summary},
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(t0)), "seconds": round(time.time() - t0, 1)})
     out = {k: float(v["value"]) for k, v in res.summary["metrics"].items()}
     samples = [s for r in res.records for s in r["samples"]]
     out["boxed_rate"] = sum("\\boxed" in s["text"] for s in samples) / len(samples)

@@ -65,10 +65,18 @@ def prepare_run(cfg: Config) -> tuple[DistInfo, Path]:
     if resolve_dtype(cfg.model.dtype) == torch.float16:
         raise ConfigError("model.dtype = 'float16': training in float16 needs loss scaling, which mathrl's DeepSpeed "
                           "configs do not set up; use model.dtype=bfloat16 (or auto: bfloat16 on GPU, float32 on CPU)")
+    out = Path(cfg.train.output_dir)
+    held = ckpt.holds_run(out) if cfg.train.resume == "none" else None
+    if held and not cfg.train.overwrite:  # every rank sees the folder: all stop here, before the process group
+        raise ConfigError(f"train.output_dir={out} holds another run ({held}); continue it with --resume auto, "
+                          "choose another train.output_dir, or start afresh with --overwrite (train.overwrite=true), "
+                          f"which moves it aside to {out}.replaced-<time>")
     dist = init_distributed(cfg.train.dist_timeout_minutes)
     check_batching(cfg, dist)
-    out = Path(cfg.train.output_dir)
     if dist.is_main:
+        if held:
+            moved = ckpt.move_aside(out, "replaced")
+            print(f"mathrl: train.overwrite: the earlier run in {out} ({held}) moved to {moved}", flush=True)
         out.mkdir(parents=True, exist_ok=True)
         (out / "config.yaml").write_text(dump_yaml(cfg))
         ckpt.clean_temporaries(out)
@@ -79,14 +87,21 @@ def resume_and_log(cfg: Config, dist: DistInfo, out: Path, models: Models, state
                    ) -> tuple[Path | None, MetricsLogger]:
     """Restore ``train.resume``'s checkpoint into ``models``/``state`` (if any) and open the metrics log
     (truncated to the resumed step). Shared by every training method (RL here, SFT/RFT in mathrl.ablate)."""
+    damaged = ckpt.damaged_newer(out) if cfg.train.resume == "auto" else []
     try:
         resume_from = ckpt.find_resume(out, cfg.train.resume)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    if dist.is_main:
+        for folder, why in damaged:  # passed over: kept for inspection, never overwritten by this run's saves
+            moved = ckpt.move_aside(folder, "damaged")
+            print(f"mathrl: warning: resume: skipped {folder} ({why}); moved it to {moved.name}", flush=True)
     if resume_from is not None:
         load_checkpoint(resume_from, models, state)
         if dist.is_main:
             print(f"mathrl: resumed from {resume_from} (step {state.step})", flush=True)
+    elif cfg.train.resume == "auto" and dist.is_main:
+        print(f"mathrl: resume: no complete checkpoint in {ckpt.ckpt_root(out)}; starting at step 0", flush=True)
     logger = MetricsLogger(out, enabled=dist.is_main, tensorboard=cfg.logging.tensorboard, wandb=cfg.logging.wandb,
                            wandb_project=cfg.logging.wandb_project, config=cfg.to_dict(),
                            resume_step=state.step if resume_from is not None else None,

@@ -36,3 +36,33 @@ def test_the_before_column_of_this_process_wins(tmp_path):
                                       {"step": 1, "reward/mean": 0.5, "reward/accuracy": 0.5}])
     write_report(tmp_path, {"greedy": 0.25}, {"greedy": 0.5})
     assert [c.strip() for c in _table(tmp_path)["greedy"]] == ["0.250", "0.500"]
+
+
+def test_the_trainers_evaluations_are_evaluation_folders(tiny_model_dir, tmp_path, capsys):
+    """Issue 38 point 2: the held-out evaluations before and after training are folders that `mathrl eval
+    --compare` and `--regrade` read (before, the trainer wrote only samples.jsonl and both refused them:
+    'is not an evaluation run folder (no summary.json)')."""
+    from mathrl.config import load_config
+    from mathrl.eval.cli import main as eval_main
+    from mathrl.train import run
+
+    out = tmp_path / "run"
+    cfg = load_config(None, [f"model.name={tiny_model_dir}", "data.source=synthetic", "data.synthetic_level=1",
+                             "rollout.backend=hf", "rollout.max_tokens=8", "rollout.n=2", "train.batch_size=2",
+                             "train.steps=2", "data.eval_limit=5", "eval.n=2", "eval.k=1,2", "eval.max_tokens=8",
+                             f"train.output_dir={out}", "logging.tensorboard=false", "logging.console=plain"])
+    assert run(cfg) == 0
+    before, after = out / "eval" / "step_000000", out / "eval" / "step_000002"
+    for folder in (before, after):
+        summary = json.loads((folder / "summary.json").read_text())
+        assert summary["benchmarks"]["heldout"]["problems"] == 5 and summary["settings"]["n"] == 2
+        assert (folder / "report.md").is_file() and (folder / "heldout" / "samples.jsonl").is_file()
+    assert "to step 2" in json.loads((after / "summary.json").read_text())["model"]
+    capsys.readouterr()
+    assert eval_main(["--compare", str(before), str(after), "--out", str(tmp_path / "cmp")]) == 0
+    shown = capsys.readouterr().out
+    assert "heldout" in shown and "5" in shown
+    graded = json.loads((after / "summary.json").read_text())["benchmarks"]["heldout"]["metrics"]
+    assert eval_main(["--regrade", str(after)]) == 0  # grades the saved samples again, in place
+    regraded = json.loads((after / "summary.json").read_text())
+    assert regraded["regraded"] is True and regraded["benchmarks"]["heldout"]["metrics"] == graded
