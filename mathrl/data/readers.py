@@ -59,13 +59,6 @@ def iter_local_rows(path: Path) -> Iterator[RawRow]:
         raise DataError(f"{path}: unsupported file type '{path.suffix}'")
 
 
-def _open_text(path: Path):
-    try:
-        return path.open("r", encoding="utf-8")
-    except OSError as exc:
-        raise DataError(f"{path}: cannot open: {exc.strerror or exc}") from exc
-
-
 def json_line_error(line: str, exc: json.JSONDecodeError) -> RowError:
     """The :class:`RowError` for a JSON Lines line that does not parse.
 
@@ -97,19 +90,21 @@ def iter_jsonl(path: Path) -> Iterator[RawRow]:
     Blank lines are not rows and are passed over. A line that is not valid JSON
     or not a JSON object is yielded as a :class:`RowError`.
     """
-    with _open_text(path) as fh:
-        lineno = 0
-        while True:
+    try:
+        fh = path.open("rb")  # bytes, decoded line by line: a bad byte is reported on its own line, as a row error
+    except OSError as exc:
+        raise DataError(f"{path}: cannot open: {exc.strerror or exc}") from exc
+    with fh:
+        for lineno, raw in enumerate(fh, 1):
+            loc = f"{path}:{lineno}"
             try:
-                line = fh.readline()
+                line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise DataError(f"{path}:{lineno + 1}: not UTF-8 text ({exc.reason})") from exc
-            if not line:
-                break
-            lineno += 1
+                yield loc, RowError("<utf-8>", f"not UTF-8 text: byte {raw[exc.start]:#04x} at column {exc.start + 1} "
+                                    f"({exc.reason})", fix="save the file as UTF-8, or correct or delete this line")
+                continue
             if not line.strip():
                 continue
-            loc = f"{path}:{lineno}"
             try:
                 value = json.loads(line)
             except json.JSONDecodeError as exc:
@@ -130,11 +125,17 @@ def iter_json(path: Path) -> Iterator[RawRow]:
     starts. Invalid JSON inside an array cannot be resynchronised, so it is a
     :class:`DataError` naming line and column (never skipped).
     """
-    with _open_text(path) as fh:
-        try:
-            text = fh.read()
-        except UnicodeDecodeError as exc:
-            raise DataError(f"{path}: not UTF-8 text ({exc.reason})") from exc
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise DataError(f"{path}: cannot open: {exc.strerror or exc}") from exc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise DataError(f"{path}:{line}: not UTF-8 text: byte {data[exc.start]:#04x} at column {col} ({exc.reason}); "
+                        "save the file as UTF-8") from exc
     start = len(text) - len(text.lstrip())
     if start == len(text):
         return

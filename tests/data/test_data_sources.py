@@ -245,6 +245,30 @@ def test_skip_bad_rows_counts_and_logs(tmp_path: Path, caplog: pytest.LogCapture
     assert len(load_problems("gsm8k", path, skip_bad_rows=True)) == 3
 
 
+@pytest.mark.parametrize("bad_line", [4, 500])
+def test_bad_utf8_is_reported_on_its_line_and_can_be_skipped(tmp_path: Path, bad_line: int) -> None:
+    """Issue 38 point 6: the reader decoded buffered chunks, so a bad byte on line 500 was reported at
+    line 346 (on line 4 at line 1) and --skip-bad-rows could not skip it."""
+    good = GOOD.encode()
+    lines = [good] * 600
+    lines[bad_line - 1] = b'{"question": "caf\xe9", "answer": "#### 1"}'  # Latin-1, not UTF-8
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    with pytest.raises(DataError) as info:
+        load_problems("gsm8k", path)
+    assert f"{path}:{bad_line}: " in str(info.value) and "not UTF-8 text: byte 0xe9" in str(info.value)
+    result = load_source("gsm8k", path, skip_bad_rows=True)
+    assert [(b.location, b.field) for b in result.bad_rows] == [(f"{path}:{bad_line}", "<utf-8>")]
+    assert len(result.problems) == 599
+
+
+def test_bad_utf8_in_a_json_array_names_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_bytes(b'[\n {"question": "q", "answer": "#### 1"},\n {"question": "caf\xe9", "answer": "#### 2"}\n]\n')
+    with pytest.raises(DataError, match=r"bad\.json:3: not UTF-8 text: byte 0xe9 at column 19"):
+        load_problems("gsm8k", path)
+
+
 def test_json_array_syntax_error_names_line(tmp_path: Path) -> None:
     path = tmp_path / "bad.json"
     path.write_text('[\n {"question": "q", "answer": "#### 1"},\n {"question": "q" "answer": 2}\n]\n')
