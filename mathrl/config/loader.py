@@ -50,7 +50,7 @@ def _type_name(tp: Any) -> str:
         return f"a list of {_type_name(inner)}"
     if origin is dict:
         return "a mapping"
-    return {int: "an integer", float: "a number", str: "a string", bool: "true/false"}.get(tp, str(tp))
+    return {int: "an integer", float: "a finite number", str: "a string", bool: "true/false"}.get(tp, str(tp))
 
 
 def _field_type_name(tp: Any, meta: dict) -> str:
@@ -149,7 +149,7 @@ def _coerce(value: Any, tp: Any, from_cli: bool) -> Any:
                 raise _Bad from None
         else:
             raise _Bad
-        if math.isnan(out):
+        if not math.isfinite(out):  # inf passes every bound and then breaks the run (issue 38 point 7)
             raise _Bad
         return out
     if tp is str:
@@ -277,13 +277,28 @@ def flatten_yaml(path: Path) -> list[tuple[str, Any, int]]:
     if not isinstance(root, yaml.MappingNode):
         raise ConfigError(f"{path}: the top level must be a mapping of sections (model:, data:, ...)")
     out: list[tuple[str, Any, int]] = []
+    seen: dict[str, int] = {}
+
+    def once(key: str, line: int) -> None:  # YAML keeps the last of two equal keys without a word
+        if key in seen:
+            raise ConfigError(f"{path}:{line}: '{key}' appears twice (first at line {seen[key]}); keep one of them")
+        seen[key] = line
+
     for knode, vnode in root.value:
         section = knode.value
         line = knode.start_mark.line + 1
+        once(section, line)
         if isinstance(vnode, yaml.MappingNode):
             for fk, fv in vnode.value:
-                value = yaml.safe_load(yaml.serialize(fv))
-                out.append((f"{section}.{fk.value}", value, fk.start_mark.line + 1))
+                key, fline = f"{section}.{fk.value}", fk.start_mark.line + 1
+                once(key, fline)
+                try:
+                    value = yaml.safe_load(yaml.serialize(fv))
+                except yaml.YAMLError as exc:  # a tag (!!python/object/..., !foo): nothing is constructed
+                    what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+                    raise ConfigError(f"{path}:{fline}: {key}: {what}; a recipe holds plain values only (numbers, "
+                                      "strings, lists, mappings), no YAML tags") from None
+                out.append((key, value, fline))
         elif isinstance(vnode, yaml.ScalarNode) and vnode.value in ("", "~", "null"):
             continue
         else:

@@ -47,7 +47,12 @@ def test_yaml_then_cli_precedence(tmp_path):
     ("algo.kl_cof=1", ["unknown key 'algo.kl_cof'", "did you mean 'algo.kl_coef'"]),
     ("algoo.kl_coef=1", ["unknown key 'algoo.kl_coef'", "did you mean 'algo'"]),
     ("algo.kl_coef=-1", ["algo.kl_coef = -1.0", "command line", "allowed: >= 0.0"]),
-    ("algo.kl_coef=abc", ["algo.kl_coef = 'abc'", "allowed: a number"]),
+    ("algo.kl_coef=abc", ["algo.kl_coef = 'abc'", "allowed: a finite number"]),
+    # non-finite numbers pass every bound and then break the run (issue 38 point 7)
+    ("algo.kl_coef=inf", ["algo.kl_coef = 'inf'", "allowed: a finite number"]),
+    ("rollout.temperature=inf", ["rollout.temperature = 'inf'", "allowed: a finite number"]),
+    ("train.lr=-inf", ["train.lr = '-inf'", "allowed: a finite number"]),
+    ("algo.clip_high=nan", ["algo.clip_high = 'nan'", "allowed: a finite number"]),
     ("rollout.backend=tpu", ["rollout.backend = 'tpu'", "one of 'auto', 'vllm', 'hf'"]),
     ("train.steps=1.5", ["train.steps = '1.5'", "an integer"]),
     ("rollout.top_p=0", ["rollout.top_p = 0.0", "> 0.0"]),
@@ -163,3 +168,25 @@ def test_every_documented_field_is_read_by_the_code():
     unread = [key for key, *_ in describe_fields()
               if key not in declared and not re.search(r"\.%s\b" % re.escape(key.split(".")[1]), code)]
     assert not unread, f"config fields never read by mathrl: {unread}"
+
+
+@pytest.mark.parametrize("text, fragments", [
+    ("algo:\n  kl_coef: !!python/object/apply:os.system [echo hi]\n",
+     ["r.yaml:2: algo.kl_coef:", "tag:yaml.org,2002:python/object/apply:os.system", "no YAML tags"]),
+    ("model:\n  name: !foo embedded\n", ["r.yaml:2: model.name:", "'!foo'", "no YAML tags"]),
+    ("algo:\n  kl_coef: 0.1\n  clip_low: 0.2\n  kl_coef: 0.5\n",
+     ["r.yaml:4: 'algo.kl_coef' appears twice (first at line 2)"]),
+    ("algo:\n  kl_coef: 0.1\ntrain:\n  lr: 1e-6\nalgo:\n  clip_low: 0.2\n",
+     ["r.yaml:5: 'algo' appears twice (first at line 1)"]),
+])
+def test_yaml_tags_and_duplicate_keys_are_one_line_errors(tmp_path, text, fragments):
+    """Issue 38 point 8: a tag gave a raw yaml.constructor.ConstructorError traceback; duplicate keys and
+    sections were merged silently, the last one winning."""
+    f = tmp_path / "r.yaml"
+    f.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(f)
+    msg = str(info.value)
+    assert "\n" not in msg
+    for frag in fragments:
+        assert frag in msg, (frag, msg)
