@@ -342,7 +342,8 @@ class VLLMRolloutEngine(RolloutEngine):
         if vllm_python is None:
             raise RuntimeError("vllm backend: 'import vllm' is not available in this interpreter and no worker "
                                "interpreter is configured: set rollout.vllm_python (or $MATHRL_VLLM_PYTHON) to a "
-                               "python with vllm installed, e.g. .venv-vllm/bin/python from scripts/setup_vllm_env.sh")
+                               "python with vllm installed, e.g. .venv-vllm/bin/python from scripts/setup_vllm_env.sh "
+                               "(make vllm-env), or set rollout.backend=hf")
         self.mode = "inprocess" if vllm_python == "inprocess" else "worker"
         self._tp_group = None
         self._tp_index = 0

@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -62,6 +63,7 @@ def preflight(cfg: Config) -> None:
         ModelError: a model path that does not exist, a tokenizer that cannot be loaded.
     """
     check_deepspeed_json(cfg, world_size())
+    check_vllm_available(cfg)
     model_path = check_model_specs(cfg)
     problems = check_training_data(cfg)
     eval_problems = check_eval_data(cfg)
@@ -75,6 +77,30 @@ def preflight(cfg: Config) -> None:
     if eval_problems:
         check_context(cfg, tokenizer, eval_problems, context, where, key="eval.max_tokens",
                       max_tokens=cfg.eval.max_tokens, what="held-out", system=cfg.data.system_prompt)
+
+
+def check_vllm_available(cfg: Config) -> None:
+    """``rollout.backend=vllm`` needs vLLM here or a worker interpreter (``rollout.vllm_python``,
+    ``$MATHRL_VLLM_PYTHON``, ``.venv-vllm``); checked by the files alone (no import), before anything loads."""
+    from mathrl.rollout.vllm import default_vllm_python, vllm_importable
+
+    r = cfg.rollout
+    if r.backend != "vllm":
+        return
+    fix = ("build it with `make vllm-env` (README: vLLM), or set rollout.backend=hf to sample with transformers "
+           "(slower, nothing to install)")
+    if r.vllm_python not in (None, "inprocess"):
+        if not os.path.exists(r.vllm_python):
+            raise ConfigError(f"rollout.vllm_python={r.vllm_python}: no such interpreter; {fix}")
+        return
+    if vllm_importable():
+        return
+    if r.vllm_python == "inprocess":
+        raise ConfigError(f"rollout.vllm_python=inprocess: vllm is not installed in this environment ({sys.executable}); "
+                          "install it here (on a GPU: pip install -e '.[gpu]'), or set rollout.backend=hf")
+    if default_vllm_python() is None:
+        raise ConfigError("rollout.backend=vllm: vllm is not installed in this environment and there is no worker "
+                          f"environment (.venv-vllm, $MATHRL_VLLM_PYTHON or rollout.vllm_python); {fix}")
 
 
 def world_size() -> int:

@@ -123,6 +123,24 @@ def test_other_settings_name_their_key(base, overrides, kind, start):
     assert isinstance(exc, kind) and str(exc).startswith(start), exc
 
 
+def test_a_missing_vllm_environment_names_the_hf_backend(base, monkeypatch):
+    """Issue 38 point 8: rollout.backend=vllm without vLLM ended in a RuntimeError traceback after the model
+    loaded (and left a run folder); now preflight stops first, naming make vllm-env and rollout.backend=hf."""
+    import mathrl.rollout.vllm as vllm_mod
+
+    exc = et.trigger(base + ["rollout.backend=vllm", "rollout.vllm_python=/no/such/python"])
+    assert isinstance(exc, ConfigError) and str(exc).startswith("rollout.vllm_python=/no/such/python: no such "
+                                                                "interpreter"), exc
+    assert "rollout.backend=hf" in str(exc) and "make vllm-env" in str(exc)
+    monkeypatch.delenv("MATHRL_VLLM_PYTHON", raising=False)
+    monkeypatch.setattr(vllm_mod, "vllm_importable", lambda: False)       # a machine without vLLM ...
+    monkeypatch.setattr(vllm_mod, "default_vllm_python", lambda: None)    # ... and without .venv-vllm
+    exc = et.trigger(base + ["rollout.backend=vllm"])
+    assert isinstance(exc, ConfigError) and str(exc).startswith("rollout.backend=vllm: vllm is not installed"), exc
+    assert "rollout.backend=hf" in str(exc) and "\n" not in str(exc)
+    assert et.trigger(base + ["rollout.backend=hf"]) is None
+
+
 def test_context_limit_suggested_is_exact(base, scratch):
     """The message's suggested max_tokens is the largest that passes: it passes, one more fails."""
     msg = str(_error(base, scratch, "max_tokens longer than the context"))
