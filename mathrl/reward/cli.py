@@ -46,8 +46,14 @@ def load_cases(path: str | Path) -> list[dict]:
             for key in ("gold", "response"):
                 if key not in obj:
                     raise CaseFileError(f"{p}:{ln}: missing key {key!r} (required: 'gold', 'response')")
-                if not isinstance(obj[key], str):
-                    raise CaseFileError(f"{p}:{ln}: key {key!r} must be a string, got {type(obj[key]).__name__}")
+                value = obj[key]
+                if key == "gold" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                    obj[key] = value = json.dumps(value)  # a numeric gold (72, 0.5) as written in the file
+                if not isinstance(value, str):
+                    raise CaseFileError(f"{p}:{ln}: key {key!r} must be a string"
+                                        f"{' or a number' if key == 'gold' else ''}, got {type(value).__name__}")
+            if not obj["gold"].strip():
+                raise CaseFileError(f"{p}:{ln}: key 'gold' is empty; give the reference answer")
             for key in ("equivalent", "truncated"):
                 if key in obj and not isinstance(obj[key], bool):
                     raise CaseFileError(f"{p}:{ln}: key {key!r} must be true or false, got {obj[key]!r}")
@@ -69,7 +75,7 @@ def _run_file(args) -> int:
     try:
         cases = load_cases(args.file)
     except CaseFileError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"mathrl verify: error: {e}", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
     grades = grade_batch([c["response"] for c in cases], [c["gold"] for c in cases], timeout=args.timeout,
@@ -122,18 +128,21 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.timeout <= 0:
-        print(f"error: --timeout must be > 0, got {args.timeout}", file=sys.stderr)
+        print(f"mathrl verify: error: --timeout must be > 0, got {args.timeout}", file=sys.stderr)
         return 2
     if not 0.0 <= args.rel_tol < 1.0:
-        print(f"error: --rel-tol must be in [0, 1), got {args.rel_tol}", file=sys.stderr)
+        print(f"mathrl verify: error: --rel-tol must be in [0, 1), got {args.rel_tol}", file=sys.stderr)
         return 2
     if args.file:
         if args.gold is not None or args.response is not None:
-            print("error: use either --file or --gold/--response, not both", file=sys.stderr)
+            print("mathrl verify: error: use either --file or --gold/--response, not both", file=sys.stderr)
             return 2
         return _run_file(args)
     if args.gold is None or args.response is None:
-        print("error: give --gold and --response, or --file cases.jsonl", file=sys.stderr)
+        print("mathrl verify: error: give --gold and --response, or --file cases.jsonl", file=sys.stderr)
+        return 2
+    if not args.gold.strip():
+        print("mathrl verify: error: --gold is empty; give the reference answer", file=sys.stderr)
         return 2
     g = grade(args.response, args.gold, timeout=args.timeout, truncated=args.truncated, rel_tol=args.rel_tol)
     print(f"{'CORRECT' if g.correct else 'WRONG'}  reason={g.reason}  extracted={g.extracted!r}")

@@ -20,7 +20,8 @@ our answer: ...").
 
 **Self-correction vs hedging.** All boxes of the paragraph holding the last box are collected; a
 correction between two of them ("wait", "actually", "I made a mistake", "let me recheck", "no,", ...)
-withdraws the boxes before it. If the remaining boxes disagree, the answer is the comma-joined list
+withdraws the boxes before it, and so does an announcement ("the final answer is", "the answer is": the
+boxes before it were intermediate results). If the remaining boxes disagree, the answer is the comma-joined list
 of them (``hedged=True``) and equivalence credits it only when every item equals the gold (or the
 gold is itself a list that matches). "3 or 4" inside one answer is split the same way. So listing
 candidates is never rewarded, while ``\\boxed{3}, \\boxed{\\pi/2}`` for an ordered pair, or a list
@@ -195,6 +196,10 @@ _CORRECTION_RE = re.compile(
     r"(?:wrong|incorrect|not\s+right))\b|\bno\s*,",
     re.IGNORECASE,
 )
+# An announcement between two boxes ("First we get \boxed{10}. Then the final answer is \boxed{42}"): the boxes
+# before it were intermediate results, so the announced one is the answer, not one of several candidates.
+_ANNOUNCED_RE = re.compile(r"\bfinal\s+answer\b|\b(?:the|my|our)\s+answer\s+(?:is|would\s+be|will\s+be)\b",
+                           re.IGNORECASE)
 # Words that end a phrase candidate which is not an answer ("the answer is correct because ...").
 _NOT_ANSWER_WORDS = {"correct", "right", "wrong", "incorrect", "not", "that", "this", "as", "below", "above",
                      "follows", "given", "shown", "clear", "simple", "obtained", "found", "calculated"}
@@ -330,7 +335,8 @@ def _box_answer(text: str, boxes: list) -> tuple[str | None, bool]:
     para_start = text.rfind("\n\n", 0, last_start)
     finals = [b for b in boxes if b[0] > para_start]
     for k in range(len(finals) - 1, 0, -1):
-        if _CORRECTION_RE.search(text, finals[k - 1][1], finals[k][0]):
+        between = (finals[k - 1][1], finals[k][0])
+        if _CORRECTION_RE.search(text, *between) or _ANNOUNCED_RE.search(text, *between):
             finals = finals[k:]
             break
     contents: list[str] = []

@@ -28,10 +28,14 @@ def test_file_report(tmp_path, capsys):
 
 def test_bad_lines_name_file_and_line(tmp_path, capsys):
     p = tmp_path / "bad.jsonl"
-    p.write_text('{"gold": "1", "response": "1"}\n{"gold": 1, "response": "x"}\n')
+    p.write_text('{"gold": "1", "response": "1"}\n{"gold": [1], "response": "x"}\n')
     assert main(["--file", str(p)]) == 2
     err = capsys.readouterr().err
-    assert f"{p}:2" in err and "'gold' must be a string" in err
+    assert err.startswith("mathrl verify: error: ") and f"{p}:2" in err
+    assert "'gold' must be a string or a number, got list" in err
+    p.write_text('{"gold": "1", "response": "1"}\n{"gold": " ", "response": "x"}\n')
+    assert main(["--file", str(p)]) == 2
+    assert f"{p}:2: key 'gold' is empty" in capsys.readouterr().err
     p.write_text('{"gold": "1", "response": "1"}\nnot json\n')
     assert main(["--file", str(p)]) == 2
     assert f"{p}:2: not valid JSON" in capsys.readouterr().err
@@ -39,3 +43,15 @@ def test_bad_lines_name_file_and_line(tmp_path, capsys):
     assert main(["--file", str(p)]) == 2
     assert "missing key 'response'" in capsys.readouterr().err
     assert main(["--gold", "1"]) == 2
+
+
+def test_numeric_gold_and_empty_gold(tmp_path, capsys):
+    """Issue 38 point 9: a numeric gold in a case file was refused (`key 'gold' must be a string, got int`);
+    an empty --gold printed `WRONG reason=error` with exit 0."""
+    p = tmp_path / "n.jsonl"
+    p.write_text('{"gold": 72, "response": "so \\\\boxed{72}", "equivalent": true}\n'
+                 '{"gold": 0.5, "response": "The answer is 1/2.", "equivalent": true}\n')
+    assert main(["--file", str(p)]) == 0
+    assert "accuracy: 100.00% (2/2)" in capsys.readouterr().out
+    assert main(["--gold", "", "--response", "42"]) == 2
+    assert capsys.readouterr().err.strip() == "mathrl verify: error: --gold is empty; give the reference answer"

@@ -141,6 +141,21 @@ def test_the_last_committed_answer_wins():
     assert extract_answer("\\boxed{44}. We may check our answer: $17 \\cdot 44 = 748$.").answer == "44"
 
 
+def test_a_box_announced_as_final_is_not_a_hedge():
+    """Issue 38 point 9: an intermediate box, then the announced final one, scored 0 as a hedge."""
+    text = "First we get $\\boxed{10}$. Then the final answer is $\\boxed{42}$."
+    ex = extract_answer(text)
+    assert ex.answer == "42" and not ex.hedged
+    assert grade_local(text, "42").correct and not grade_local(text, "10").correct
+    assert extract_answer("So $x = \\boxed{3}$, and the answer is $\\boxed{7}$.").answer == "7"
+    # an announcement before both boxes is still a hedge, and so is one before the last two
+    for hedge in ("The answer is \\boxed{10} or \\boxed{42}.",
+                  "We get \\boxed{5}. So the answer is either \\boxed{10} or \\boxed{42}."):
+        h = extract_answer(hedge)
+        assert h.hedged and h.answer == "10, 42", hedge
+        assert not grade_local(hedge, "42").correct
+
+
 def test_hedging_is_not_credited():
     h = extract_answer("It is either \\boxed{3} or \\boxed{4}.")
     assert h.hedged and h.answer == "3, 4"
