@@ -123,7 +123,7 @@ class DataConfig:
                            "example; helps small models use \\boxed{}), fewshot_plain (base models).")
     system_prompt: Optional[str] = option(None, "System message for chat templates (None = the model's default).")
     synthetic_level: int = option(1, "Difficulty of the synthetic task (1 = easiest); the default was chosen so "
-                                  "that SmolLM2-135M-Instruct's pass@8 is neither near 0 nor near 1.", ge=1, le=8)
+                                  "that SmolLM2-135M-Instruct's pass@8 is neither near 0 nor near 1.", ge=1, le=10)
     synthetic_size: int = option(2000, "Number of synthetic problems generated for training.", ge=1)
     eval_source: Optional[str] = option(None, "Held-out problems for before/after evaluation (None = a separate "
                                         "synthetic draw with another seed, or the source's test split).")

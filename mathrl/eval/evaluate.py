@@ -98,11 +98,23 @@ def evaluate_model(cfg, sets, out_dir: Path, *, model_spec: str, command: str, t
 
     ``resume``: benchmarks an earlier run into ``out_dir`` finished (same model and settings) are kept,
     and an interrupted one continues from its journal of generated chunks (:mod:`mathrl.eval.records`)."""
+    settings = settings_from_config(cfg, top_k)
+    created = not out_dir.exists()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        return _evaluate_into(cfg, sets, out_dir, settings, model_spec=model_spec, command=command, engine=engine,
+                              extra=extra, log=log, resume=resume)
+    except BaseException:
+        if created and out_dir.is_dir() and not any(out_dir.iterdir()):
+            out_dir.rmdir()  # a failed start leaves no empty folder behind (what it did write stays)
+        raise
+
+
+def _evaluate_into(cfg, sets, out_dir: Path, settings, *, model_spec: str, command: str, engine, extra, log,
+                   resume: bool) -> dict:
     from mathrl.eval.report import format_table, write_report, write_summary
     from mathrl.eval.runner import evaluate_benchmark
 
-    settings = settings_from_config(cfg, top_k)
-    out_dir.mkdir(parents=True, exist_ok=True)
     own = engine is None
     t0 = time.time()
     finished = _finished(out_dir, model_spec, settings, sets) if resume else {}

@@ -100,3 +100,13 @@ def test_load_problems_synthetic_options() -> None:
         generate(3, 1, "0")  # type: ignore[arg-type]
     with pytest.raises(DataError, match="reads no file"):
         load_problems("synthetic", "x.jsonl")
+
+
+def test_the_config_allows_every_level_the_generator_has():
+    """Issue 38 point 15: `mathrl data sources` listed levels 9 and 10 while data.synthetic_level stopped at 8."""
+    from mathrl.config import ConfigError, load_config
+
+    for level in sorted(LEVELS):
+        assert load_config(None, [f"data.synthetic_level={level}"]).data.synthetic_level == level
+    with pytest.raises(ConfigError, match=f"allowed: >= 1 and <= {max(LEVELS)}"):
+        load_config(None, [f"data.synthetic_level={max(LEVELS) + 1}"])

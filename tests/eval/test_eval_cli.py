@@ -152,3 +152,18 @@ def test_sampling_settings_resolution(argv, n, ks):
         recipe = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())["eval"]
         n, ks = recipe["n"], recipe["k"]
     assert cfg.eval.n == n and cfg.eval.k == ks
+
+
+def test_a_failed_evaluation_leaves_no_empty_out_folder(tmp_path, capsys):
+    """Issue 38 point 15: a model that cannot load left an empty --out folder behind."""
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"question": "1 + 1?", "answer": "#### 2"}) + "\n")
+    out = tmp_path / "out"
+    rc = mathrl_main(["eval", "--model", str(tmp_path / "no_such_model"), "--benchmarks", f"gsm8k={data}",
+                      "--out", str(out), "--backend", "hf"])
+    assert rc == 2 and "no_such_model" in capsys.readouterr().err
+    assert not out.exists()
+    out.mkdir()  # a folder the user made stays
+    assert mathrl_main(["eval", "--model", str(tmp_path / "no_such_model"), "--benchmarks", f"gsm8k={data}",
+                        "--out", str(out), "--backend", "hf"]) == 2
+    assert out.is_dir()
