@@ -81,11 +81,21 @@ def one_line(text: object, limit: int = 300) -> str:
 
 
 def _hub_hint(spec: str, exc: Exception) -> ModelError:
-    return ModelError(
-        f"cannot load model {spec!r}: {type(exc).__name__}: {one_line(exc)}. If this is a hub id, the hub may "
-        "be unreachable (offline machine?): download it elsewhere and pass the local folder, "
-        "or use --model embedded"
-    )
+    text = str(exc)
+    if "Weights only load failed" in text:  # torch refused a pickle that is not plain tensors: nothing ran
+        import re
+
+        what = re.search(r"(?:unsupported|Unsupported global:) (GLOBAL [\w.]+)|(Unsupported operand [^\s]+)", text)
+        return ModelError(
+            f"cannot load model {spec!r}: its weights file is a pickle that holds more than tensors "
+            f"({(what.group(1) or what.group(2)) if what else 'not plain tensors'}); mathrl loads pickles with torch's "
+            "weights_only=True "
+            "and runs none of their code. Use a safetensors copy from a source you trust")
+    local = Path(str(spec)).expanduser().exists()
+    hint = ("" if local else ". If this is a hub id, the hub may be unreachable (offline machine?): download it "
+            "elsewhere and pass the local folder, or use the embedded model (mathrl eval --model embedded, "
+            "mathrl train model.name=embedded)")
+    return ModelError(f"cannot load model {spec!r}: {type(exc).__name__}: {one_line(exc)}{hint}")
 
 
 def load_tokenizer(spec: str, *, cache_dir: str | os.PathLike | None = None, padding_side: str = "left"):

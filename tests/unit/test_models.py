@@ -92,3 +92,33 @@ def test_tiny_model_is_deterministic_and_fast(tokenizer, tmp_path):
     reloaded = load_causal_lm(str(path))
     assert torch.allclose(reloaded(ids).logits, logits, atol=1e-5)
     assert os.path.isfile(path / "tokenizer.json")
+
+
+class _Exploit:
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {os.environ['MATHRL_PWNED']}",))
+
+
+def test_a_pickled_exploit_in_a_local_model_is_refused_in_one_clear_line(tmp_path, monkeypatch):
+    """Issue 38 point 15: the message was cut ('...Do it only if you got the fi...'), added a hub remark for a
+    local folder and repeated torch's advice to retry with weights_only=False."""
+    import torch
+    from transformers import LlamaConfig
+
+    from mathrl.models import load_causal_lm
+
+    folder = tmp_path / "evil_model"
+    folder.mkdir()
+    LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                num_key_value_heads=2).save_pretrained(folder)
+    marker = tmp_path / "pwned"
+    monkeypatch.setenv("MATHRL_PWNED", str(marker))
+    torch.save({"model.embed_tokens.weight": torch.zeros(32, 16), "payload": _Exploit()}, folder / "pytorch_model.bin")
+    with pytest.raises(ModelError) as info:
+        load_causal_lm(str(folder))
+    msg = str(info.value)
+    assert not marker.exists()  # nothing ran
+    assert "\n" not in msg and "holds more than tensors" in msg and "GLOBAL posix.system" in msg, msg
+    assert "hub" not in msg and "weights_only=False" not in msg and "..." not in msg
