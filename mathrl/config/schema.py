@@ -377,8 +377,8 @@ class TrainConfig:
     max_bad_steps: int = option(3, "Consecutive steps with NaN/inf that are skipped before the run stops.", ge=1)
     on_save_error: Literal["warn", "stop"] = option(
         "warn", "A checkpoint write that fails (disk full, permission denied): 'warn' keeps training and tries "
-        "again at the next save (the previous checkpoint stays intact; a failed final save still stops the run "
-        "with an error); 'stop' ends the run at once with a message.")
+        "again at the next save (the previous checkpoint stays intact; a failed final save, or a failure before "
+        "the run has any checkpoint, still stops the run with an error); 'stop' ends the run at once with a message.")
 
 
 @dataclass

@@ -441,9 +441,14 @@ def save_checkpoint(cfg: Config, dist: DistInfo, models: Models, state: State, *
         pass
     msg = (f"step {state.step}: writing the checkpoint {tmp} failed ({cause}); "
            + (f"the previous checkpoint {earlier[-1][1]} is intact" if earlier else "no earlier checkpoint exists"))
-    if final or cfg.train.on_save_error == "stop":
+    if final or cfg.train.on_save_error == "stop" or not earlier:
+        # warn keeps training only while an earlier checkpoint holds the run: with none, every further step
+        # would be lost with the next failure (a run that never saved once trained to the end for nothing)
+        why = (" (the final weights could not be saved)" if final else
+               "" if cfg.train.on_save_error == "stop" else " (train.on_save_error=warn goes on only once a checkpoint "
+               "exists)")
         raise TrainingError(msg + ". Free disk space or fix the folder's permissions, then run again with "
-                            "--resume auto" + (" (the final weights could not be saved)" if final else ""))
+                            "--resume auto" + why)
     if dist.is_main:
         print(f"mathrl: warning: {msg}; training continues and the next save tries again "
               "(train.on_save_error=warn)", file=sys.stderr, flush=True)

@@ -237,6 +237,19 @@ def test_failed_checkpoint_write_keeps_the_previous_one(digit_model_dir, tmp_pat
         assert steps == [1, 2, 3, 4]
 
 
+def test_warn_stops_when_the_run_has_no_checkpoint_yet(digit_model_dir, tmp_path):
+    """Issue 38 point 15: with on_save_error=warn a run whose first checkpoint already failed trained on to
+    the end and then lost everything; now it stops at the first failure, saying why."""
+    out = tmp_path / "first"
+    proc = _spawn("digit", digit_model_dir, out, "train.steps=5", "train.save_every=2", "train.on_save_error=warn",
+                  fault="fsize=20000@step_start@1")
+    rc, err = _finish(proc)
+    assert rc == 3, err[-3000:]
+    assert "TrainingError: step 2: writing the checkpoint" in err and "no earlier checkpoint exists" in err
+    assert "goes on only once a checkpoint exists" in err and "training continues" not in err
+    assert [m["step"] for m in read_metrics(out / "metrics.jsonl") if "event" not in m] == [1, 2]
+
+
 # --------------------------------------------------------------------------- untrusted checkpoints
 
 
