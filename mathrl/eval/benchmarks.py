@@ -112,7 +112,13 @@ class BenchmarkSpec:
 
 def _unknown(name: str) -> ConfigError:
     return ConfigError(f"unknown benchmark {name!r}; allowed: {', '.join(BENCHMARKS)} "
-                       "(optionally name=FILE for a local .jsonl/.json/.parquet file)")
+                       "(optionally name=FILE for a local .jsonl/.json/.parquet file), or jsonl=FILE for your own "
+                       "file with question and answer fields")
+
+
+#: ``jsonl=FILE``: your own file (fields ``question`` and ``answer``, the gold taken as written), as the
+#: training source ``jsonl`` reads it
+CUSTOM = Benchmark("jsonl", "jsonl", "test", None, "your own .jsonl/.json/.parquet file (question, answer)")
 
 
 def parse_benchmarks(text: str, *, limit: int | None = None) -> list[BenchmarkSpec]:
@@ -123,11 +129,16 @@ def parse_benchmarks(text: str, *, limit: int | None = None) -> list[BenchmarkSp
             continue
         name, _, path = part.partition("=")
         name = name.strip()
-        if name not in BENCHMARKS:
+        if name == CUSTOM.name:
+            if not path.strip():
+                raise ConfigError("--benchmarks jsonl: give your file as jsonl=FILE (.jsonl/.json/.parquet with "
+                                  "question and answer fields)")
+        elif name not in BENCHMARKS:
             raise _unknown(name)
         if any(s.name == name for s in specs):
             raise ConfigError(f"--benchmarks: {name!r} is listed twice")
-        specs.append(BenchmarkSpec(name=name, benchmark=BENCHMARKS[name], path=path.strip() or None, limit=limit))
+        bench = CUSTOM if name == CUSTOM.name else BENCHMARKS[name]
+        specs.append(BenchmarkSpec(name=name, benchmark=bench, path=path.strip() or None, limit=limit))
     if not specs:
         raise ConfigError(f"--benchmarks {text!r}: no benchmark named; allowed: {', '.join(BENCHMARKS)}")
     return specs

@@ -10,6 +10,8 @@ Modes::
     mathrl eval --series TRAIN_RUN_DIR --benchmarks ... (every checkpoint of a training run)
     mathrl eval --regrade EVAL_DIR                      (grade saved samples again, no generation)
     mathrl eval ... --out DIR --resume                  (continue an interrupted evaluation)
+    mathrl eval --model M --benchmarks jsonl=my.jsonl   (your own file: question and answer fields)
+    mathrl eval --model RUN/checkpoints/step_N/adapter  (a LoRA adapter: merged onto its base once)
 
 Settings are resolved like ``mathrl train``: config defaults, the YAML
 (``--config``), a suite's settings (``--suite``), ``key=value`` overrides, then

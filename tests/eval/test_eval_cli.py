@@ -167,3 +167,28 @@ def test_a_failed_evaluation_leaves_no_empty_out_folder(tmp_path, capsys):
     assert mathrl_main(["eval", "--model", str(tmp_path / "no_such_model"), "--benchmarks", f"gsm8k={data}",
                         "--out", str(out), "--backend", "hf"]) == 2
     assert out.is_dir()
+
+
+def test_your_own_file_is_a_benchmark(tiny_dir, tmp_path, capsys):
+    """Issue 38 point 12: `--benchmarks jsonl=FILE` was refused (`unknown benchmark 'jsonl'`)."""
+    data = tmp_path / "mine.jsonl"
+    data.write_text("".join(json.dumps({"question": f"What is {a} + 1?", "answer": str(a + 1)}) + "\n"
+                            for a in range(3)))
+    out = tmp_path / "out"
+    rc = mathrl_main(["eval", "--model", str(tiny_dir), "--benchmarks", f"jsonl={data}", "--n", "1", "--k", "1",
+                      "--max-tokens", "4", "--backend", "hf", "--out", str(out)])
+    assert rc == 0, capsys.readouterr().err[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["benchmarks"]["jsonl"]["problems"] == 3
+    golds = [json.loads(line)["gold"] for line in (out / "jsonl" / "samples.jsonl").read_text().splitlines()]
+    assert golds == ["1", "2", "3"]
+    assert mathrl_main(["eval", "--model", str(tiny_dir), "--benchmarks", "jsonl"]) == 2
+    assert "give your file as jsonl=FILE" in capsys.readouterr().err
+    help_text = subprocess_help()
+    assert "jsonl=my.jsonl" in help_text and "adapter" in help_text
+
+
+def subprocess_help() -> str:
+    from mathrl.eval.cli import build_parser
+
+    return build_parser().format_help()
