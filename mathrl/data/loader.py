@@ -63,7 +63,9 @@ def get_source(name: str) -> SourceSpec:
 
 def local_copy(source: str, split: str = "test") -> str | None:
     """``$MATHRL_DATA/<source>/<split>.jsonl`` when ``$MATHRL_DATA`` is set and that file exists (the folder
-    layout of ``mathrl eval --data-dir``), else None (the hub)."""
+    layout of ``mathrl eval --data-dir``), else None (the hub). Every command reads a registered source this
+    way when no file is given (training data, held-out sets, ``mathrl data``, ``mathrl eval``); an explicit
+    file (data.path, --path, --data-dir, NAME=FILE) comes first."""
     root = os.environ.get("MATHRL_DATA")
     if not root:
         return None
@@ -139,6 +141,8 @@ def load_source(
         spec = replace(spec, map_row=spec.map_fields(options.get("fields")))  # type: ignore[misc]
     elif spec.map_row is None:  # pragma: no cover - a registration error
         raise DataError(f"source '{source}' has neither a row mapper nor a generator")
+    if path is None and spec.hub_name is not None:  # one rule in every command: $MATHRL_DATA before the hub
+        path = local_copy(source, split or spec.default_split)
     if path is not None:
         file = resolve_local_path(path, split or spec.default_split)
         label = split or (file.stem if Path(path).is_file() else spec.default_split)
@@ -147,7 +151,8 @@ def load_source(
     else:
         if spec.hub_name is None:
             raise DataError(f"source '{source}' has no hub location; pass a local file with --path "
-                            "(mathrl train: data.path)")
+                            "(mathrl train: data.path; held-out sets: data.eval_path; mathrl eval: "
+                            f"--benchmarks {source}=FILE)")
         label = split or spec.default_split
         rows = iter_hub_rows(spec.hub_name, spec.hub_configs, spec.hub_splits.get(label, label))
         origin = f"hub:{spec.hub_name}"

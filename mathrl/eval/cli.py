@@ -161,12 +161,12 @@ def _eval_sets(cfg, args, suite):
     from mathrl.data.splits import heldout_problems
     from mathrl.eval.benchmarks import load_benchmark, parse_benchmarks
 
-    data_dir = args.data_dir
+    # the flag, then $MATHRL_DATA (the same rule as every command), then the suite's own default
+    data_dir = args.data_dir or os.environ.get("MATHRL_DATA") or None
     if suite is not None:
         specs = suite["benchmarks"]
         if data_dir is None and suite.get("data_dir"):
             data_dir = suite["data_dir"]
-    data_dir = data_dir or os.environ.get("MATHRL_DATA") or None  # the flag, the suite's, then the environment
     if suite is not None:
         if args.limit is not None:
             for s in specs:

@@ -60,3 +60,34 @@ def test_errors_and_sources(capsys: pytest.CaptureFixture[str]) -> None:
     for name in ("gsm8k", "math", "math500", "minerva_math", "aime24", "amc23", "svamp", "asdiv", "synthetic"):
         assert f"  {name} " in out
     assert "openai/gsm8k" in out and "EleutherAI/hendrycks_math" in out
+
+
+def test_one_data_folder_rule_in_every_command(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Issue 38 point 4: `mathrl data show` and the training data ignored $MATHRL_DATA (only evaluation read
+    it), and a suite's built-in data_dir won over it. Now every command reads $MATHRL_DATA/<source>/<split>.jsonl
+    when no file is given; an explicit file still comes first."""
+    from mathrl.config import load_config
+    from mathrl.data.splits import load_training_problems
+    from mathrl.cli import main as mathrl_main
+
+    root = tmp_path / "data"
+    for split, n in (("train", 3), ("test", 2)):
+        (root / "gsm8k").mkdir(parents=True, exist_ok=True)
+        (root / "gsm8k" / f"{split}.jsonl").write_text("".join(
+            json.dumps({"question": f"{split} question {i}?", "answer": f"w\n#### {i + 40}"}) + "\n" for i in range(n)))
+    monkeypatch.setenv("MATHRL_DATA", str(root))
+    assert main(["show", "gsm8k", "--n", "5"]) == 0
+    out = capsys.readouterr().out
+    assert f"from {root / 'gsm8k' / 'test.jsonl'}: showing 2" in out and "test question 1?" in out
+    problems = load_training_problems(load_config(None, ["data.source=gsm8k"]))
+    assert [p.question for p in problems] == ["train question 0?", "train question 1?", "train question 2?"]
+    explicit = tmp_path / "mine.jsonl"
+    explicit.write_text(json.dumps({"question": "mine?", "answer": "w\n#### 1"}) + "\n")
+    assert [p.question for p in load_training_problems(load_config(None, ["data.source=gsm8k",
+                                                                         f"data.path={explicit}"]))] == ["mine?"]
+    # a suite's own data_dir (smoke: ../shared/data) comes after $MATHRL_DATA: without gsm8k/test.jsonl here the
+    # suite stops naming this folder, before any model work
+    (root / "gsm8k" / "test.jsonl").unlink()
+    assert mathrl_main(["eval", "--suite", "smoke", "--model", "embedded", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert f"{root / 'gsm8k' / 'test.jsonl'} does not exist (data dir {root})" in err, err[-2000:]
