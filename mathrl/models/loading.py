@@ -60,6 +60,9 @@ def resolve_model_path(spec: str, cache_dir: str | os.PathLike | None = None, *,
         what = "the folder does not exist" if key else f"model path {spec!r} does not exist"
         raise ModelError(f"{said}{what}{where}; fix: give an existing Hugging Face model folder (with "
                          "config.json), 'embedded', or a hub id such as Qwen/Qwen2.5-0.5B-Instruct")
+    from mathrl.hub import offline_if_unreachable
+
+    offline_if_unreachable(f"model {spec!r}")  # an offline machine: the local cache at once, no retries
     return spec
 
 
