@@ -338,6 +338,7 @@ class State:
 def save_checkpoint(cfg: Config, dist: DistInfo, models: Models, state: State, *, final: bool = False
                     ) -> Path | None:
     """Write a checkpoint atomically (see :mod:`mathrl.train.checkpoint`); returns its folder on the main rank.
+    A save that takes more than a few seconds says so in the log (:class:`mathrl.progress.SlowPhase`).
 
     A write that fails (disk full, permission denied, file too large: ``OSError``, or the
     ``RuntimeError`` torch.save raises for the same causes) removes the
@@ -345,6 +346,13 @@ def save_checkpoint(cfg: Config, dist: DistInfo, models: Models, state: State, *
     ``train.on_save_error = 'warn'`` prints a warning and returns None (the next save tries
     again), ``'stop'`` raises :class:`TrainingError`; a failed ``final`` save always raises.
     """
+    from mathrl.progress import SlowPhase
+
+    with SlowPhase(f"writing the checkpoint of step {state.step}", enabled=dist.is_main):
+        return _save_checkpoint(cfg, dist, models, state, final=final)
+
+
+def _save_checkpoint(cfg: Config, dist: DistInfo, models: Models, state: State, *, final: bool) -> Path | None:
     import torch.distributed as tdist
 
     from mathrl.train.faults import fault

@@ -92,6 +92,26 @@ def all_gather_objects(obj: Any) -> list[Any]:
     return out
 
 
+def _quiet_op_build_line(call):
+    """``call()`` without DeepSpeed's ``DeepSpeed <op> built successfully`` line on stdout (printed at every
+    start, also when the op was only loaded from its cache); everything else it prints passes through."""
+    import contextlib
+    import io
+    import re
+    import sys
+
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buf):
+            return call()
+    finally:
+        kept = [line for line in buf.getvalue().splitlines(keepends=True)
+                if not re.fullmatch(r"DeepSpeed \S+ built successfully\s*", line)]
+        if kept:
+            sys.stdout.write("".join(kept))
+            sys.stdout.flush()
+
+
 def init_distributed(timeout_minutes: float | None = None) -> DistInfo:
     """Initialise the process group once (gloo on CPU, nccl on GPU).
 
@@ -114,7 +134,7 @@ def init_distributed(timeout_minutes: float | None = None) -> DistInfo:
             import datetime
 
             kw["timeout"] = datetime.timedelta(minutes=timeout_minutes)
-        deepspeed.init_distributed(dist_backend=backend, **kw)
+        _quiet_op_build_line(lambda: deepspeed.init_distributed(dist_backend=backend, **kw))
     return DistInfo(rank=dist.get_rank(), world_size=dist.get_world_size(),
                     local_rank=int(os.environ.get("LOCAL_RANK", 0)))
 

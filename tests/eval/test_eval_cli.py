@@ -192,3 +192,22 @@ def subprocess_help() -> str:
     from mathrl.eval.cli import build_parser
 
     return build_parser().format_help()
+
+
+def test_an_evaluation_in_a_log_prints_progress_lines(tiny_dir, tmp_path, capsys, monkeypatch):
+    """Issue 38 point 10: with output to a log (not a terminal) an evaluation was silent until it ended.
+    Here the thresholds are 0 s, so every chunk prints its line (a real run: after 10 s, every 30 s)."""
+    import mathrl.progress
+
+    monkeypatch.delenv("MATHRL_PROGRESS", raising=False)
+    monkeypatch.setattr(mathrl.progress, "LINE_AFTER", 0.0)
+    monkeypatch.setattr(mathrl.progress, "LINE_EVERY", 0.0)
+    data = tmp_path / "mine.jsonl"
+    data.write_text("".join(json.dumps({"question": f"What is {a} + 1?", "answer": str(a + 1)}) + "\n"
+                            for a in range(6)))
+    rc = mathrl_main(["eval", "--model", str(tiny_dir), "--benchmarks", f"jsonl={data}", "--n", "1", "--k", "1",
+                      "--max-tokens", "2", "--backend", "hf", "--out", str(tmp_path / "out"), "eval.chunk_rows=2"])
+    err = capsys.readouterr().err
+    assert rc == 0, err[-2000:]
+    lines = [x for x in err.splitlines() if x.startswith("mathrl: [jsonl] generating: ")]
+    assert [x.split(": ", 2)[2].split(" problem")[0] for x in lines] == ["2/6", "4/6", "6/6"], err[-2000:]

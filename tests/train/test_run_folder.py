@@ -15,6 +15,7 @@ import pytest
 from _train_tasks import digit_cfg, digit_problems, step_rows
 
 from mathrl.config import ConfigError
+from mathrl.procs import without_dist_env
 from mathrl.train import checkpoint as ckpt
 from mathrl.train import run
 
@@ -112,3 +113,26 @@ def test_resume_auto_with_nothing_to_resume_says_so(digit_model_dir, tmp_path, c
     # and a resumed run's own folder is not "another run"
     assert run(_cfg(digit_model_dir, out, "train.steps=2", "train.resume=auto"), problems=digit_problems()) == 0
     assert json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 2
+
+
+def test_the_log_names_slow_checkpoints_and_not_deepspeeds_build(tiny_model_dir, digit_model_dir, tmp_path,
+                                                                   monkeypatch, capsys):
+    """Issue 38 point 10: a checkpoint write says in the log that it is running (here every write, the
+    threshold set to 0 s; a real run: after 10 s); DeepSpeed's `... built successfully` line, printed at
+    every start, is gone from a run's output."""
+    import mathrl.progress
+
+    monkeypatch.setattr(mathrl.progress, "LINE_AFTER", 0.0)
+    assert run(_cfg(digit_model_dir, tmp_path / "slow", "train.steps=2"), problems=digit_problems()) == 0
+    err = capsys.readouterr().err
+    for step in (1, 2):
+        assert f"mathrl: writing the checkpoint of step {step}: 0s so far" in err, err[-2000:]
+        assert f"mathrl: writing the checkpoint of step {step}: done after" in err
+    proc = subprocess.run([sys.executable, "-m", "mathrl.cli", "train", f"model.name={tiny_model_dir}",
+                           "data.source=synthetic", "rollout.backend=hf", "rollout.max_tokens=4", "rollout.n=2",
+                           "train.batch_size=2", "train.steps=1", f"train.output_dir={tmp_path / 'cli'}",
+                           "logging.tensorboard=false", "logging.console=plain", "data.eval_limit=1",
+                           "eval.n=1", "eval.k=1", "eval.max_tokens=2"],
+                          capture_output=True, text=True, timeout=600, env=without_dist_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "built successfully" not in proc.stdout + proc.stderr and "step 1/1" in proc.stdout, proc.stdout[-2000:]

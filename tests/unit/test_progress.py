@@ -76,6 +76,54 @@ def test_forced_off(monkeypatch):
     assert not bar.enabled and terminal.getvalue() == ""
 
 
+def test_a_log_gets_a_line_every_30_s_after_the_first_10(monkeypatch):
+    """Issue 38 point 10: in a log (no terminal) a long phase was silent for minutes."""
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("MATHRL_PROGRESS", raising=False)
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
+    now = [100.0]
+    monkeypatch.setattr(mathrl.progress.time, "monotonic", lambda: now[0])
+    bar = Progress(100, "[gsm8k] generating", unit="problem")
+    assert not bar.enabled
+    for t in (5, 9, 12, 20, 41, 45, 72, 80):  # 10 problems at each of these seconds
+        now[0] = 100.0 + t
+        bar.update(10)
+    lines = log.getvalue().splitlines()
+    assert lines == ["mathrl: [gsm8k] generating: 30/100 problem (30%), 12s, ~28s left",
+                     "mathrl: [gsm8k] generating: 60/100 problem (60%), 45s, ~30s left",
+                     "mathrl: [gsm8k] generating: 80/100 problem (80%), 1m20s, ~20s left"]
+    # no lines on other ranks (enabled=False) or with MATHRL_PROGRESS=0
+    for quiet in (Progress(10, "rank 1", enabled=False), None):
+        if quiet is None:
+            monkeypatch.setenv("MATHRL_PROGRESS", "0")
+            quiet = Progress(10, "off")
+        now[0] += 100
+        quiet.update(5)
+    assert len(log.getvalue().splitlines()) == 3
+
+
+def test_a_slow_phase_says_so_in_the_log(monkeypatch, capsys):
+    """A phase without countable progress (a checkpoint write) that outlasts LINE_AFTER says so while it runs and
+    when it ends; a short one prints nothing."""
+    import time
+
+    from mathrl.progress import SlowPhase
+
+    monkeypatch.delenv("MATHRL_PROGRESS", raising=False)
+    monkeypatch.setattr(mathrl.progress, "LINE_AFTER", 0.2)
+    monkeypatch.setattr(mathrl.progress, "LINE_EVERY", 0.3)
+    with SlowPhase("quick phase"):
+        pass
+    with SlowPhase("writing the checkpoint of step 3"):
+        time.sleep(0.65)
+    with SlowPhase("on rank 1", enabled=False):
+        time.sleep(0.3)
+    lines = capsys.readouterr().err.splitlines()
+    assert [x.split(": ")[1] for x in lines] == ["writing the checkpoint of step 3"] * 3, lines
+    assert lines[0].endswith("so far") and lines[1].endswith("so far") and "done after" in lines[2], lines
+
+
 class _Recorder:
     """Stands in for Progress: records what a phase asked of its bar."""
 
