@@ -132,7 +132,35 @@ def main(argv: list[str] | None = None) -> int:
         if type(exc).__name__ in ("TrainingError", "CheckpointError"):  # the run stopped; the message says why
             print(f"mathrl {cmd}: stopped: {exc}", file=sys.stderr)
             return 3
+        lost = lost_rank_message(exc)
+        if lost is not None:
+            print(f"mathrl {cmd}: stopped: {lost}", file=sys.stderr)
+            return 3
         raise
+
+
+#: what gloo and NCCL say when the process at the other end of a collective is gone
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Connection refused",
+              "remote process exited", "NCCL communicator was aborted")
+
+
+def lost_rank_message(exc: BaseException) -> str | None:
+    """One line for a collective that failed because another rank stopped (killed, out of memory, crashed),
+    naming the ranks; None for any other error."""
+    text = str(exc)
+    if not any(marker in text for marker in _PEER_GONE):
+        return None
+    try:
+        rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        rank, world = 0, 1
+    if world < 2:
+        return None
+    other = f"rank {1 - rank}" if world == 2 else f"another of the {world} ranks"
+    first = " ".join(text.split())[:200]
+    return (f"rank {rank} lost {other}: it stopped (killed, out of memory or an error: its own log says which) "
+            f"while this rank waited in a collective ({type(exc).__name__}: {first}); the run's checkpoints are "
+            "intact: continue with --resume auto once every rank can run")
 
 
 if __name__ == "__main__":

@@ -136,3 +136,44 @@ def test_the_log_names_slow_checkpoints_and_not_deepspeeds_build(tiny_model_dir,
                           capture_output=True, text=True, timeout=600, env=without_dist_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "built successfully" not in proc.stdout + proc.stderr and "step 1/1" in proc.stdout, proc.stdout[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_rank_killed_mid_run_gives_the_survivor_one_line(tiny_model_dir, tmp_path):
+    """Issue 38 point 13: with two ranks, rank 1 SIGKILLed after step 1: rank 0 ended with a raw gloo
+    traceback (`Connection closed by peer`); now one line naming the lost rank and how to continue."""
+    import os
+    import signal
+    import time
+
+    from mathrl.train.engines import _free_port
+
+    out = tmp_path / "two"
+    args = [sys.executable, "-m", "mathrl.cli", "train", f"model.name={tiny_model_dir}", "data.source=synthetic",
+            "rollout.backend=hf", "rollout.max_tokens=8", "rollout.n=2", "train.batch_size=2", "train.steps=200",
+            f"train.output_dir={out}", "logging.tensorboard=false", "logging.console=plain", "data.eval_limit=1",
+            "eval.n=1", "eval.k=1", "eval.max_tokens=2", "train.dist_timeout_minutes=2"]
+    port = str(_free_port())
+    procs = []
+    for rank in (0, 1):
+        env = dict(without_dist_env(), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=port, OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and not ((out / "metrics.jsonl").is_file() and step_rows(out)):
+            assert procs[0].poll() is None, procs[0].communicate()[1][-3000:]
+            time.sleep(0.2)
+        assert step_rows(out), "rank 0 logged no step"
+        os.kill(procs[1].pid, signal.SIGKILL)
+        _, err = procs[0].communicate(timeout=240)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert procs[0].returncode == 3, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("mathrl train: stopped: rank 0 lost rank 1: it stopped"), err[-3000:]
+    assert "--resume auto" in last and "Traceback" not in err, err[-3000:]
