@@ -207,6 +207,10 @@ def main(argv: list[str]) -> int:
 
         regrade_run(Path(args.regrade))
         return 0
+    if args.series and args.config is None and (Path(args.series) / "config.yaml").is_file():
+        # the run's own settings (held-out set, eval.*, rollout.backend, template); flags and key=value still win
+        args.config = str(Path(args.series) / "config.yaml")
+        print(f"mathrl eval --series: settings from {args.config} (give --config to use others)", file=sys.stderr)
     cfg, suite = resolve(args)
     if args.series:
         from mathrl.eval.series import evaluate_series

@@ -72,7 +72,9 @@ def compare_summaries(a: dict, b: dict, dir_a: Path | None = None, dir_b: Path |
         ba, bb = a["benchmarks"][bench], b["benchmarks"][bench]
         pa = _per_problem(dir_a, a, bench) if dir_a else None
         pb = _per_problem(dir_b, b, bench) if dir_b else None
-        paired = pa is not None and pb is not None and set(pa) == set(pb)
+        # paired over the problems both runs scored (all of them when the sets are equal)
+        shared = sorted(set(pa) & set(pb)) if pa is not None and pb is not None else []
+        paired = bool(shared)
         rows = {}
         for metric in ba["metrics"]:
             if metric not in bb["metrics"]:
@@ -81,7 +83,7 @@ def compare_summaries(a: dict, b: dict, dir_a: Path | None = None, dir_b: Path |
             row = {"a": ma["value"], "a_ci": ma.get("ci"), "b": mb["value"], "b_ci": mb.get("ci"),
                    "diff": mb["value"] - ma["value"], "paired": False}
             if paired:
-                ids = sorted(pa)
+                ids = shared
                 if all(metric in pa[i] and metric in pb[i] for i in ids):
                     d = paired_bootstrap_diff([pa[i][metric] for i in ids], [pb[i][metric] for i in ids],
                                               resamples=resamples, seed=seed)
@@ -89,6 +91,7 @@ def compare_summaries(a: dict, b: dict, dir_a: Path | None = None, dir_b: Path |
                                 "paired": True})
             rows[metric] = row
         out["benchmarks"][bench] = {"problems": [ba["problems"], bb["problems"]], "paired": paired,
+                                    "shared": len(shared),
                                     "metrics": rows,
                                     "mean_length": [ba["mean_length"], bb["mean_length"]],
                                     "truncation_rate": [ba["truncation_rate"], bb["truncation_rate"]]}
@@ -123,6 +126,10 @@ def format_compare(cmp: dict) -> str:
     if cmp["settings_differ"]:
         lines.append("warning: the runs used different settings: " + ", ".join(
             f"{k} {va} vs {vb}" for k, (va, vb) in cmp["settings_differ"].items()))
+    for bench, b in cmp["benchmarks"].items():
+        if b["paired"] and b["shared"] < max(b["problems"]):
+            lines.append(f"note: {bench}: A scored {b['problems'][0]} problems, B {b['problems'][1]}; B - A and its "
+                         f"interval are paired over the {b['shared']} problems both scored")
     lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths)))
     lines.append("-" * len(lines[-1]))
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]

@@ -211,3 +211,24 @@ def test_an_evaluation_in_a_log_prints_progress_lines(tiny_dir, tmp_path, capsys
     assert rc == 0, err[-2000:]
     lines = [x for x in err.splitlines() if x.startswith("mathrl: [jsonl] generating: ")]
     assert [x.split(": ", 2)[2].split(" problem")[0] for x in lines] == ["2/6", "4/6", "6/6"], err[-2000:]
+
+
+def test_series_reads_the_runs_own_config(tiny_dir, tmp_path, capsys):
+    """Issue 38 point 11: --series evaluated with the defaults (256 tokens, backend auto) where the run used
+    its own settings, unless --config was given; now the run's config.yaml is read."""
+    import shutil
+
+    from mathrl.config import dump_yaml
+
+    run = tmp_path / "train_run"
+    shutil.copytree(tiny_dir, run / "checkpoints" / "step_000001" / "policy")
+    cfg = load_config(REPO / "configs" / "demo.yaml", [f"model.name={tiny_dir}", "rollout.backend=hf",
+                                                       "eval.max_tokens=3", "eval.n=2", "eval.k=1,2",
+                                                       "eval.greedy=false", "data.eval_limit=2"])
+    (run / "config.yaml").write_text(dump_yaml(cfg))
+    out = tmp_path / "series"
+    assert mathrl_main(["eval", "--series", str(run), "--out", str(out)]) == 0
+    assert f"settings from {run / 'config.yaml'}" in capsys.readouterr().err
+    sub = json.loads((out / "step_000001" / "summary.json").read_text())
+    assert sub["settings"]["max_tokens"] == 3 and sub["settings"]["n"] == 2
+    assert sub["benchmarks"]["synthetic"]["problems"] == 2 and sub["backend"] == "HFRolloutEngine"

@@ -151,6 +151,24 @@ def test_compare_paired_gain(tmp_path):
     assert not unpaired["paired"] and "diff_ci" not in unpaired
 
 
+def test_compare_pairs_the_problems_both_runs_scored(tmp_path):
+    """Issue 38 point 11: 8 vs 4 problems was reported 'unpaired'; now B - A is paired over the 4 shared
+    problems and the report says so."""
+    from mathrl.eval.compare import compare_summaries, format_compare
+
+    golds = [str(i) for i in range(8)]
+    before = [["\\boxed{x}"] * 2] * 8                             # none right
+    after = [[f"\\boxed{{{i}}}"] * 2 for i in range(4)]           # the first 4 problems, all right
+    da, a = _toy_run(tmp_path, "eight", before, golds)
+    db, b = _toy_run(tmp_path, "four", after, golds[:4])
+    cmp = compare_summaries(a, b, da, db, resamples=300)
+    bench = cmp["benchmarks"]["toy"]
+    assert bench["paired"] and bench["shared"] == 4 and bench["problems"] == [8, 4]
+    row = bench["metrics"]["pass@1"]
+    assert row["paired"] and row["diff"] == pytest.approx(1.0) and row["diff_ci"] == [pytest.approx(1.0)] * 2
+    assert "paired over the 4 problems both scored" in format_compare(cmp)
+
+
 def test_find_checkpoints_layouts(tmp_path):
     from mathrl.eval.series import find_checkpoints
 
