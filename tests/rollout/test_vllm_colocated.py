@@ -26,6 +26,7 @@ import torch
 from safetensors.torch import load_file
 
 from mathrl_testenv import REPO, require, vllm_python
+from mathrl.procs import without_dist_env
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -41,7 +42,7 @@ def _colocated_python() -> tuple[str | None, str]:
         py = sys.executable
     cmd = [py, "-c", "import vllm, deepspeed, math_verify, mathrl.train, mathrl.cli"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd="/",
-                       env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)})
+                       env={**without_dist_env(), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)})
     if p.returncode != 0:
         return None, (f"{py} imports vllm but not the trainer ({' '.join(cmd[1:])} failed: {p.stderr.strip()[-1500:]}); "
                       "rebuild it with scripts/setup_vllm_env.sh")
@@ -93,7 +94,9 @@ def launch(out: Path, overrides: list[str], ranks: int = 1, timeout: int = 600) 
 
         cmd = [py, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks), "--master_port",
                str(_free_port()), str(DRIVER), str(out), *overrides]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}
+    # without the process-group variables an earlier in-process run left in this process's environment (RANK,
+    # MASTER_PORT, ...): the child would try to listen on that port again (EADDRINUSE in the full suite)
+    env = {**without_dist_env(), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}
     env.pop("MATHRL_VLLM_PYTHON", None)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, cwd=str(REPO))
