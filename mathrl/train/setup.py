@@ -10,6 +10,7 @@ import torch
 
 from mathrl.config import Config, ConfigError, dump_yaml
 from mathrl.train import checkpoint as ckpt
+from mathrl.train import run_folder
 from mathrl.train.checkpoint import State, load_checkpoint
 from mathrl.train.engines import DistInfo, init_distributed, resolve_dtype
 from mathrl.train.metrics import MetricsLogger
@@ -66,7 +67,7 @@ def prepare_run(cfg: Config) -> tuple[DistInfo, Path]:
         raise ConfigError("model.dtype = 'float16': training in float16 needs loss scaling, which mathrl's DeepSpeed "
                           "configs do not set up; use model.dtype=bfloat16 (or auto: bfloat16 on GPU, float32 on CPU)")
     out = Path(cfg.train.output_dir)
-    held = ckpt.holds_run(out) if cfg.train.resume == "none" else None
+    held = run_folder.holds_run(out) if cfg.train.resume == "none" else None
     if held and not cfg.train.overwrite:  # every rank sees the folder: all stop here, before the process group
         raise ConfigError(f"train.output_dir={out} holds another run ({held}); continue it with --resume auto, "
                           "choose another train.output_dir, or start afresh with --overwrite (train.overwrite=true), "
@@ -75,11 +76,11 @@ def prepare_run(cfg: Config) -> tuple[DistInfo, Path]:
     check_batching(cfg, dist)
     if dist.is_main:
         if held:
-            moved = ckpt.move_aside(out, "replaced")
+            moved = run_folder.move_aside(out, "replaced")
             print(f"mathrl: train.overwrite: the earlier run in {out} ({held}) moved to {moved}", flush=True)
         out.mkdir(parents=True, exist_ok=True)
         (out / "config.yaml").write_text(dump_yaml(cfg))
-        ckpt.clean_temporaries(out)
+        run_folder.clean_temporaries(out)
     return dist, out
 
 
@@ -87,14 +88,14 @@ def resume_and_log(cfg: Config, dist: DistInfo, out: Path, models: Models, state
                    ) -> tuple[Path | None, MetricsLogger]:
     """Restore ``train.resume``'s checkpoint into ``models``/``state`` (if any) and open the metrics log
     (truncated to the resumed step). Shared by every training method (RL here, SFT/RFT in mathrl.ablate)."""
-    damaged = ckpt.damaged_newer(out) if cfg.train.resume == "auto" else []
+    damaged = run_folder.damaged_newer(out) if cfg.train.resume == "auto" else []
     try:
-        resume_from = ckpt.find_resume(out, cfg.train.resume)
+        resume_from = run_folder.find_resume(out, cfg.train.resume)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     if dist.is_main:
         for folder, why in damaged:  # passed over: kept for inspection, never overwritten by this run's saves
-            moved = ckpt.move_aside(folder, "damaged")
+            moved = run_folder.move_aside(folder, "damaged")
             print(f"mathrl: warning: resume: skipped {folder} ({why}); moved it to {moved.name}", flush=True)
     if resume_from is not None:
         load_checkpoint(resume_from, models, state)
