@@ -848,15 +848,26 @@ def _device_values(obj) -> list[str]:
     return found
 
 
-def step_bench(ctx: Ctx) -> dict:
-    out = ctx.work / "bench_gpu.json"
-    cmd = [PYTHON, str(REPO / "scripts" / "bench_gpu.py"), "--out", str(out)]
-    cmd += ["--warmup", "1", "--steps", "2", "--gen-tokens", "64"] if ctx.cuda else ["--smoke"]
-    log = ctx.work / "logs" / "bench.log"
+def _run_bench(ctx: Ctx, name: str, out_name: str, args: list[str], gpu_args: list[str], read) -> dict:
+    """Run ``scripts/bench_gpu.py`` with ``args`` (plus ``gpu_args`` on the GPU, ``--smoke`` on CPU) into
+    ``<work>/<out_name>.json``, logging to ``logs/<name>.log``; ``read(full_json, res)`` fills the step's
+    record from it."""
+    out = ctx.work / f"{out_name}.json"
+    cmd = [PYTHON, str(REPO / "scripts" / "bench_gpu.py"), "--out", str(out), *args]
+    cmd += gpu_args if ctx.cuda else ["--smoke"]
+    log = ctx.work / "logs" / f"{name}.log"
     rc, s = launch(ctx, cmd, log, 600)
     res = {"cmd": " ".join(cmd[1:]), "rc": rc, "seconds": round(s, 1), "ok": False}
     if rc == 0 and out.is_file():
-        full = json.loads(out.read_text())
+        read(json.loads(out.read_text()), res)
+    else:
+        res["log_tail"] = tail(log)
+        res["summary"] = f"exit {rc}"
+    return res
+
+
+def step_bench(ctx: Ctx) -> dict:
+    def read(full: dict, res: dict) -> None:
         tr, ge = full.get("grpo_update", {}), full.get("generation", {})
         res.update(ok=bool(tr) and bool(ge) and "DeepSpeed ZeRO" in tr.get("optimizer", ""),
                    optimizer=tr.get("optimizer"), update_tok_s=tr.get("computed_tok_s"),
@@ -867,24 +878,16 @@ def step_bench(ctx: Ctx) -> dict:
         res["summary"] = (f"update {_f(res['update_tok_s'])} tokens/s ({(res['optimizer'] or '').split(' (')[0]}), "
                           f"MFU {_f(res['mfu'], '.1%')}; generation {_f(res['gen_tok_s'])} tokens/s mathrl hf vs "
                           f"{_f(res['raw_gen_tok_s'])} model.generate")
-    else:
-        res["log_tail"] = tail(log)
-        res["summary"] = f"exit {rc}"
-    return res
+
+    return _run_bench(ctx, "bench", "bench_gpu", [], ["--warmup", "1", "--steps", "2", "--gen-tokens", "64"], read)
 
 
 def step_varlen(ctx: Ctx) -> dict:
     """The update in the padding-free layout (mathrl/train/varlen.py) under flex_attention, which runs
     packed sequences without a dense mask on the GPU (flash-attn is not installed there); on CPU the
     smoke shape under sdpa (flex has no CPU backward)."""
-    out = ctx.work / "bench_varlen.json"
-    cmd = [PYTHON, str(REPO / "scripts" / "bench_gpu.py"), "--out", str(out), "--skip-gen", "--layout", "varlen"]
-    cmd += ["--attn", "flex_attention", "--warmup", "1", "--steps", "2"] if ctx.cuda else ["--smoke"]
-    log = ctx.work / "logs" / "varlen.log"
-    rc, s = launch(ctx, cmd, log, 600)
-    res = {"cmd": " ".join(cmd[1:]), "rc": rc, "seconds": round(s, 1), "ok": False}
-    if rc == 0 and out.is_file():
-        tr = json.loads(out.read_text()).get("grpo_update", {})
+    def read(full: dict, res: dict) -> None:
+        tr = full.get("grpo_update", {})
         res.update(ok=tr.get("layout") == "varlen", layout=tr.get("layout"), attn=tr.get("attn"),
                    update_tok_s=tr.get("computed_tok_s"), response_tok_s=tr.get("response_tok_s"), mfu=tr.get("mfu"),
                    achieved_tflops=tr.get("achieved_tflops"), useful_tflops=tr.get("useful_tflops"),
@@ -892,10 +895,9 @@ def step_varlen(ctx: Ctx) -> dict:
         res["summary"] = (f"{res['layout']} layout, {res['attn']}: update {_f(res['update_tok_s'])} tokens/s "
                           f"({_f(res['response_tok_s'])} response), MFU {_f(res['mfu'], '.1%')} of computed FLOPs, "
                           f"{_f(res['useful_tflops'], '.1f')} useful TFLOP/s")
-    else:
-        res["log_tail"] = tail(log)
-        res["summary"] = f"exit {rc}"
-    return res
+
+    return _run_bench(ctx, "varlen", "bench_varlen", ["--skip-gen", "--layout", "varlen"],
+                      ["--attn", "flex_attention", "--warmup", "1", "--steps", "2"], read)
 
 
 # --------------------------------------------------------------------------- the steps, their budgets

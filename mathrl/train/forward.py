@@ -153,10 +153,10 @@ def layout_choice(model, packing: bool | str) -> bool | str:
         return "varlen"
     if not (bool(packing) and packing_supported(model) and not _checkpointing(model)):
         return False
-    return "one_call" if packing == "one_call" or _zero3(model) else True
+    return "one_call" if packing == "one_call" or is_zero3(model) else True
 
 
-def _zero3(model) -> bool:
+def is_zero3(model) -> bool:
     """A DeepSpeed engine with ZeRO stage 3 (its forwards gather the partitioned parameters)."""
     stage = getattr(model, "zero_optimization_stage", None)
     return callable(stage) and stage() == 3

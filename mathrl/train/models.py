@@ -245,8 +245,9 @@ def generation_weights(rollout, engine):
     Every rank must enter the block together: ranks generate different numbers of times within it
     (evaluation chunks, dynamic-sampling rounds), which a gather per ``generate`` would deadlock on.
     Elsewhere it does nothing."""
-    stage = getattr(engine, "zero_optimization_stage", None)
-    if getattr(rollout, "model", None) is not engine.module or not callable(stage) or stage() < 3:
+    from mathrl.train.forward import is_zero3
+
+    if getattr(rollout, "model", None) is not engine.module or not is_zero3(engine):
         yield
         return
     from deepspeed.runtime.zero.stage3 import unwrap_model_for_generation
