@@ -14,6 +14,9 @@ EXTRAS := dev,gpu
 endif
 # 2 threads suit one process on an idle 2-core machine; processes that run beside others use 1.
 THREADS ?= 2
+# extra `mathrl train` arguments for the demo: `make demo ARGS=--overwrite` (start afresh, the old run moved
+# aside) or `make demo ARGS="--resume auto"` (continue a killed run)
+ARGS ?=
 
 PIP := $(VENV)/bin/pip
 PY  := $(VENV)/bin/python
@@ -41,7 +44,7 @@ vllm-env:
 	bash scripts/setup_vllm_env.sh
 
 demo: venv
-	OMP_NUM_THREADS=$(THREADS) $(VENV)/bin/mathrl train configs/demo.yaml
+	OMP_NUM_THREADS=$(THREADS) $(VENV)/bin/mathrl train configs/demo.yaml $(ARGS)
 
 # -ra: the summary lists every skip (and failure) with its reason; --durations=25 the slowest tests.
 # A missing ../shared/data skips

@@ -29,7 +29,7 @@ class UserError(Exception):
     """An input problem reported to the user as one line (exit status 2)."""
 
 
-def _train_parser() -> argparse.ArgumentParser:
+def train_parser() -> argparse.ArgumentParser:
     from mathrl.config import help_text
 
     p = argparse.ArgumentParser(
@@ -49,7 +49,7 @@ def _train_parser() -> argparse.ArgumentParser:
 def cmd_train(argv: list[str]) -> int:
     from mathrl.config import dump_yaml, load_config
 
-    args = _train_parser().parse_args(argv)
+    args = train_parser().parse_args(argv)
     config_path, overrides = args.config, list(args.overrides)
     if config_path is not None and "=" in config_path and not config_path.endswith((".yaml", ".yml")):
         overrides.insert(0, config_path)  # `mathrl train key=value` with no recipe

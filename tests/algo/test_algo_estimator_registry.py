@@ -148,9 +148,9 @@ def test_a_registered_estimator_is_usable_from_the_config(toy_estimators, tmp_pa
     # --help lists it, in the field's allowed values and in the estimator list with its doc line
     text = help_text()
     assert "'toy_trio'" in text and "Toy: the score times algo.gamma." in text
-    from mathrl.cli import _train_parser
+    from mathrl.cli import train_parser
 
-    assert "toy_tokens" in _train_parser().format_help()
+    assert "toy_tokens" in train_parser().format_help()
 
 
 def test_an_unregistered_name_is_refused_with_the_allowed_values(toy_estimators):
