@@ -231,7 +231,8 @@ def synthetic_batch(B: int, G: int, P: int, R: int, vocab: int, seed: int):
     return prompts, pmask, resp, rmask, a, lens
 
 
-def grpo_update_bench(args, shape: Shape, device, dtype) -> dict:
+def grpo_update_bench(args, shape: Shape, device, dtype, stage: int = 2) -> dict:
+    """One GRPO update of the synthetic batch, timed; through mathrl's DeepSpeed engine at ZeRO ``stage``."""
     import torch
 
     from mathrl.algo import kl as kl_mod
@@ -241,6 +242,8 @@ def grpo_update_bench(args, shape: Shape, device, dtype) -> dict:
     from mathrl.train.forward import layout_choice
 
     B, G, P, R = args.prompts, args.G, args.prompt_len, args.resp_len
+    if getattr(device, "type", str(device)) == "cuda":
+        torch.cuda.reset_peak_memory_stats()  # this stage's own peak, not an earlier stage's
     model = build_model(shape, dtype, device, attn=args.attn)
     n_params = sum(p.numel() for p in model.parameters())
     engine, opt, how = None, None, ""
@@ -252,8 +255,8 @@ def grpo_update_bench(args, shape: Shape, device, dtype) -> dict:
 
             init_distributed()
             engine = build_engine(model, lr=1e-6, weight_decay=0.0, schedule="constant", warmup=0, total_steps=1000,
-                                  stage=2, offload="none", grad_clip=1.0, dtype=dtype, world_size=1)
-            how = "DeepSpeed ZeRO-2 (mathrl.train.engines.build_engine), torch AdamW client optimizer"
+                                  stage=stage, offload="none", grad_clip=1.0, dtype=dtype, world_size=1)
+            how = f"DeepSpeed ZeRO-{stage} (mathrl.train.engines.build_engine), torch AdamW client optimizer"
         except ImportError as exc:
             print(f"NOTE: DeepSpeed is not importable ({exc}); falling back to plain torch.optim.AdamW on bf16 "
                   "parameters (no fp32 master weights). Carry the wheel: pip wheel deepspeed==0.19.8 --no-deps "
@@ -332,7 +335,7 @@ def grpo_update_bench(args, shape: Shape, device, dtype) -> dict:
            "update_s": times, "response_tokens": resp_tokens, "computed_tokens": seq_tokens,
            "response_tok_s": resp_tokens / t_med, "computed_tok_s": seq_tokens / t_med,
            "train_flops": flops, "achieved_tflops": flops / t_med / 1e12, "ref_forward_s": ref_s,
-           "peak_mem_gib": peak_mem}
+           "peak_mem_gib": peak_mem, "zero_stage": stage if engine is not None else None}
     return out
 
 
@@ -415,6 +418,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--gen-prompts", type=int, default=8)
     ap.add_argument("--gen-tokens", type=int, default=256, help="new tokens per sample in the generation test")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--zero-stages", default="2",
+                    help="comma list of ZeRO stages to time the update under, each in a fresh engine (e.g. 2,3: "
+                    "ZeRO-3's peak memory against ZeRO-2's on one device); the first is the headline")
     ap.add_argument("--no-deepspeed", action="store_true", help="plain torch AdamW even when DeepSpeed is there")
     ap.add_argument("--skip-gen", action="store_true")
     ap.add_argument("--skip-train", action="store_true")
@@ -468,12 +474,26 @@ def main(argv=None) -> int:
     res["peak_tflops"], res["peak_source"] = peak, peak_src
     res["matmul_tflops"] = matmul_peak(device, dtype, 8192 if cuda else 256, 10 if cuda else 2)
     print(f"matmul ceiling: {res['matmul_tflops']:.1f} TFLOP/s measured; peak {peak} ({peak_src})", flush=True)
+    stages = [int(x) for x in str(args.zero_stages).split(",") if x.strip()]
+    if not args.skip_train and stages[1:]:
+        by_stage = {}
+        for stage in stages[1:]:  # the others first: the headline's figures are then printed last
+            other = grpo_update_bench(args, shape, device, dtype, stage=stage)
+            by_stage[stage] = {k: other[k] for k in ("optimizer", "update_s_median", "computed_tok_s",
+                                                     "peak_mem_gib", "zero_stage")}
+            if cuda:
+                torch.cuda.empty_cache()
+            print(f"GRPO update under {other['optimizer'].split(' (')[0]}: {other['update_s_median']:.3f} s, "
+                  f"peak memory {other['peak_mem_gib']:.1f} GiB", flush=True)
+        res["grpo_update_other_stages"] = by_stage
     if not args.skip_train:
-        tr = grpo_update_bench(args, shape, device, dtype)
+        tr = grpo_update_bench(args, shape, device, dtype, stage=stages[0])
         if peak:
             tr["mfu"] = tr["achieved_tflops"] / peak
         tr["fraction_of_matmul_ceiling"] = tr["achieved_tflops"] / res["matmul_tflops"]
         res["grpo_update"] = tr
+        for other in res.get("grpo_update_other_stages", {}).values():
+            other["peak_mem_vs_headline"] = other["peak_mem_gib"] / tr["peak_mem_gib"] if cuda else None
         if cuda:
             torch.cuda.empty_cache()  # the update's model and optimizer are gone with the function's frame
         print(f"GRPO update ({args.prompts} prompts x G={args.G}, prompt {args.prompt_len}, responses <= "
@@ -499,6 +519,11 @@ def main(argv=None) -> int:
         ge = res["generation"]
         md += [f"| HF generation tokens/s, G={args.G} (mathrl hf backend) | {ge['mathrl_hf']['tok_s']:.0f} |",
                f"| HF generation tokens/s, G={args.G} (raw model.generate) | {ge['raw_hf_generate']['tok_s']:.0f} |"]
+    for stage, other in res.get("grpo_update_other_stages", {}).items():
+        ratio = other.get("peak_mem_vs_headline")
+        md.append(f"| GRPO update peak memory, ZeRO-{stage} vs ZeRO-{stages[0]} (one device) | "
+                  f"{other['peak_mem_gib']:.1f} GiB vs {res['grpo_update']['peak_mem_gib']:.1f} GiB"
+                  f"{'' if ratio is None else f' ({ratio:.2f}x)'} |")
     md.append(f"| bf16 matmul ceiling measured | {res['matmul_tflops']:.0f} TFLOP/s |")
     res["markdown"] = "\n".join(md)
     print("\n" + res["markdown"] + f"\n\ntotal {res['total_s']:.0f} s", flush=True)

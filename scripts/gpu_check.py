@@ -875,11 +875,17 @@ def step_bench(ctx: Ctx) -> dict:
                    achieved_tflops=tr.get("achieved_tflops"), gen_tok_s=ge.get("mathrl_hf", {}).get("tok_s"),
                    raw_gen_tok_s=ge.get("raw_hf_generate", {}).get("tok_s"), matmul_tflops=full.get("matmul_tflops"),
                    peak_mem_gib=tr.get("peak_mem_gib"))
+        z3 = full.get("grpo_update_other_stages", {}).get("3", {})
+        res.update(zero3_optimizer=z3.get("optimizer"), zero3_peak_mem_gib=z3.get("peak_mem_gib"),
+                   zero3_vs_zero2_mem=z3.get("peak_mem_vs_headline"))
+        res["ok"] = res["ok"] and "DeepSpeed ZeRO-3" in (z3.get("optimizer") or "")
         res["summary"] = (f"update {_f(res['update_tok_s'])} tokens/s ({(res['optimizer'] or '').split(' (')[0]}), "
                           f"MFU {_f(res['mfu'], '.1%')}; generation {_f(res['gen_tok_s'])} tokens/s mathrl hf vs "
-                          f"{_f(res['raw_gen_tok_s'])} model.generate")
+                          f"{_f(res['raw_gen_tok_s'])} model.generate; ZeRO-3 peak memory "
+                          f"{_f(res['zero3_vs_zero2_mem'], '.2f')}x ZeRO-2's (target <= 1.5)")
 
-    return _run_bench(ctx, "bench", "bench_gpu", [], ["--warmup", "1", "--steps", "2", "--gen-tokens", "64"], read)
+    return _run_bench(ctx, "bench", "bench_gpu", ["--zero-stages", "2,3"],
+                      ["--warmup", "1", "--steps", "2", "--gen-tokens", "64"], read)
 
 
 def step_varlen(ctx: Ctx) -> dict:
@@ -926,7 +932,8 @@ STEPS = [  # cheap in-process measurements first, so a slow training run cannot 
          step_kill_resume, 90, 50, 240),
     Step("lora_zero3", "torchrun: LoRA under ZeRO-3", step_lora_zero3, 45, 30, 150),
     Step("ballast", "ballast on the device: fitted micro-batch budget drops, no OOM", step_ballast, 50, 30, 180),
-    Step("bench", "scripts/bench_gpu.py: update tokens/s, MFU, generation tokens/s", step_bench, 45, 25, 150),
+    Step("bench", "scripts/bench_gpu.py: update tokens/s, MFU, generation tokens/s; ZeRO-3 vs ZeRO-2 peak memory",
+         step_bench, 55, 35, 180),
     Step("varlen", "scripts/bench_gpu.py --layout varlen --attn flex_attention: the padding-free update",
          step_varlen, 40, 20, 150),
     Step("offload", "ZeRO-2 with the optimizer offloaded (last, if time is left)", step_offload, 60, 35, 180),

@@ -1,4 +1,4 @@
-"""Loading the policy, reference and critic models (see DESIGN.md, ``models/``)."""
+"""Loading the policy, reference and critic models (docs/architecture.md, "models")."""
 
 from mathrl.models.embedded import EMBEDDED_ALIASES, cache_root, ensure_embedded_model, is_embedded
 from mathrl.models.errors import ModelError

@@ -1,4 +1,4 @@
-"""Reward terms: grades (+ response info) -> scalar rewards (DESIGN.md, loop step 3).
+"""Reward terms: grades (+ response info) -> scalar rewards (docs/architecture.md, the reward stage).
 
 A term is a pure function ``term(ctx, **params) -> list[float]`` of one :class:`RewardContext`
 (responses, grades, truncation flags, lengths, the length limit, gold answers), registered by name with

@@ -116,6 +116,7 @@ def test_paired_comparisons_pool_seeds_per_problem(study):
     assert "| rft | rft | 2 | 50.0 (50.0, 50.0) |" in group_table(comp)
 
 
+@pytest.mark.slow
 def test_report_has_the_comparison_section(study):
     data = write_study_report(study, log=lambda m: None)
     md = Path(study.out, "report.md").read_text()
@@ -127,6 +128,7 @@ def test_report_has_the_comparison_section(study):
     assert "Comparisons not computed" in Path(study.out, "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_command_line_overrides_reach_every_run_and_the_worker_commands(tmp_path, shared_data, capsys):
     from mathrl.ablate.cli import main as ablate_main
     from mathrl.ablate.study import run_config

@@ -13,6 +13,8 @@ from _ablate_tasks import digit_problems, first_digit_grader
 from mathrl.ablate import Task, run_study
 from mathrl.ablate.study import DONE, TRAINED
 
+pytestmark = pytest.mark.slow  # every test here takes seconds (make test-fast skips them)
+
 
 def _study(tmp_path, model_dir) -> tuple:
     study = {

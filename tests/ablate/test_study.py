@@ -181,6 +181,7 @@ def test_offline_rft_trains_on_samples_of_the_initial_model(tmp_path, digit_mode
         run_method("rft", cfg, rft_opts={"dedup": False}, task=task)
 
 
+@pytest.mark.slow
 def test_cli_trains_each_run_in_a_worker_process(tmp_path, digit_model_dir, capfd):
     """`mathrl ablate STUDY` (no custom task): every run in its own interpreter, then the report here."""
     p = _write(tmp_path, {

@@ -70,6 +70,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_two_gloo_processes_match_full_batch(problem, tmp_path, monkeypatch):
     import torch.distributed as dist

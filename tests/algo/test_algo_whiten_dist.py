@@ -26,6 +26,7 @@ def test_reduce_identity_matches_local_statistics():
                                masked_whiten(x, m, shift_mean=False), atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_two_ranks_whiten_like_one(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")

@@ -118,6 +118,7 @@ def _run_streams(level: int, seed: int, size: int) -> tuple[list[str], list[str]
     return _expressions(load_training_problems(cfg)), _expressions(problems)  # exactly what the trainer draws
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("level", sorted(LEVELS))
 def test_heldout_facts_disjoint_from_training(level: int) -> None:
     train: list[str] = []

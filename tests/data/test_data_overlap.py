@@ -52,6 +52,7 @@ def asdiv_svamp(shared_data):
             load_problems("svamp", shared_data / "svamp" / "test.jsonl", None))
 
 
+@pytest.mark.slow
 def test_asdiv_near_copies_of_svamp_are_found_and_nothing_similar_is_kept(asdiv_svamp):
     asdiv, svamp = asdiv_svamp
     kept, dropped = exclude_overlap(asdiv, svamp, 0.2)

@@ -10,6 +10,7 @@ from mathrl.data.templates import BOXED_INSTRUCTION, FEWSHOT_EXAMPLES, ONESHOT_E
 P = Problem(id="t/0", question="What is 2 + 3?", gold="5", source="t")
 
 
+@pytest.mark.slow
 def test_chat_boxed_with_real_tokenizer(smollm2_tokenizer) -> None:
     text = render_prompt(P, smollm2_tokenizer, "chat_boxed")
     assert text == (

@@ -23,6 +23,7 @@ def tiny_dir(tmp_path_factory, embedded_model_path):
     return d
 
 
+@pytest.mark.slow
 def test_gsm8k_20_problems_end_to_end(tiny_dir, shared_data, tmp_path, capsys):
     out = tmp_path / "run"
     rc = mathrl_main(["eval", "--model", str(tiny_dir), "--benchmarks", "gsm8k", "--data-dir", str(shared_data),
@@ -56,6 +57,7 @@ def test_gsm8k_20_problems_end_to_end(tiny_dir, shared_data, tmp_path, capsys):
     assert (tmp_path / "cmp" / "compare.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_config_mode_uses_heldout_synthetic_set_and_series(tiny_dir, tmp_path, capsys):
     # a training-run-like folder with two checkpoints holding the tiny model
     import shutil

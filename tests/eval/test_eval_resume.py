@@ -58,6 +58,7 @@ def _texts(path):
     return [[s["text"] for s in r["samples"]] + [r["greedy"]["text"]] for r in read_records(path)]
 
 
+@pytest.mark.slow
 def test_killed_evaluation_resumes_from_its_journal(tiny_dir, shared_data, tmp_path):
     cfg, sets, real = _setup(tiny_dir, shared_data)
     ref = CountingEngine(real)

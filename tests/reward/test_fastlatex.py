@@ -114,6 +114,7 @@ def _disagreements(seen) -> list[tuple[str, object, object]]:
     return out
 
 
+@pytest.mark.slow
 def test_agrees_with_latex2sympy_on_every_text_it_reads_while_grading(monkeypatch):
     seen = _parsed_while_grading(monkeypatch)
     distinct = dict(seen)
@@ -121,6 +122,7 @@ def test_agrees_with_latex2sympy_on_every_text_it_reads_while_grading(monkeypatc
     assert _disagreements(seen) == []
 
 
+@pytest.mark.slow
 def test_a_wrong_reader_is_caught(monkeypatch):
     """Negative control: with division turned round the same check finds disagreements."""
     monkeypatch.setattr(fastlatex, "divide", lambda p, q: q / p)

@@ -9,6 +9,8 @@ import random
 import time
 from pathlib import Path
 
+import pytest
+
 from mathrl.reward import grade_batch
 from mathrl.reward.api import GradeStream
 
@@ -21,6 +23,7 @@ def _model_outputs():
     return [r["response"] for r in rows], [r["gold"] for r in rows]
 
 
+@pytest.mark.slow
 def test_stream_gives_grade_batch_verdicts_on_real_outputs():
     responses, golds = _model_outputs()
     n = len(responses)

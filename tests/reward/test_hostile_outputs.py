@@ -89,6 +89,7 @@ def test_named_cases_cover_every_category():
     assert cats == set(CATEGORIES), set(CATEGORIES) ^ cats
 
 
+@pytest.mark.slow
 def test_named_hostile_cases_survive():
     cases = named_cases()
     grades, durations, _ = _check(cases)
@@ -140,6 +141,7 @@ grade_batch(["\\boxed{\\int_0^1 e^{-x^2}\\sin(x^{300})\\,dx}"] * 2, ["1", "2"], 
 """
 
 
+@pytest.mark.slow
 def test_busy_workers_exit_when_the_parent_is_killed():
     """SIGKILL of the trainer skips atexit; workers stuck in sympy must still go away."""
     root = Path(__file__).resolve().parents[2]
@@ -161,6 +163,7 @@ def test_busy_workers_exit_when_the_parent_is_killed():
 
 # ----------------------------------------------------------------------------- generated cases
 
+@pytest.mark.slow
 def test_generated_hostile_cases_survive_with_bounded_memory():
     cases = list(generate(2000, seed=20261130))
     cats = {c.category for c in cases}
@@ -184,6 +187,7 @@ def test_generator_is_deterministic_and_rejects_unknown_categories():
         make_case(random.Random(0), "nope")
 
 
+@pytest.mark.slow
 def test_unrelated_golds_are_never_emitted_as_numbers():
     """The premise of the 'never correct' check: generated text never holds 7919 or 104729."""
     for c in generate(3000, seed=99):
@@ -208,6 +212,7 @@ _HOSTILE_TEXT = st.one_of(
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(responses=st.lists(_HOSTILE_TEXT, min_size=1, max_size=6), gold=st.sampled_from(UNRELATED_GOLDS),
        truncated=st.booleans())
+@pytest.mark.slow
 def test_hypothesis_hostile_text_never_crashes_or_matches(responses, gold, truncated):
     cases = [HostileCase("hypothesis", r, gold, True, truncated) for r in responses]
     _check(cases)

@@ -37,6 +37,7 @@ def test_set_shape():
     assert all(isinstance(c["equivalent"], bool) for c in cases)
 
 
+@pytest.mark.slow
 def test_accuracy_and_no_timeouts(graded):
     cases, grades = graded
     assert not [c["_line"] for c, g in zip(cases, grades) if g.reason == "timeout"]

@@ -99,6 +99,7 @@ def test_fast_path_never_disagrees_on_numbers(gold, ans):
     assert fast_equivalent(gold, gold) is True
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=300))
 def test_in_process_grading_never_raises(text):

@@ -204,6 +204,7 @@ def _score(rows: list[dict]) -> tuple[float, int, int]:
     return right / len(rows), fp, fn
 
 
+@pytest.mark.slow
 def test_accuracy_on_other_graders_suites():
     """Labelled pairs from 12 other graders' public test suites (dev part; debatable labels excluded).
     Measured: 99.7% (0 false positives, 1 false negative out of 294)."""

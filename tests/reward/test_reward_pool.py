@@ -62,6 +62,7 @@ def test_hard_timeout_from_a_thread_kills_and_replaces_worker():
     assert grade("\\boxed{x^2-1}", "(x-1)(x+1)", timeout=30).correct
 
 
+@pytest.mark.slow
 def test_batch_order_timeouts_and_replacement():
     golds, resps, expect = [], [], []
     for k in range(40):

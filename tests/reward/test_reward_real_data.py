@@ -5,9 +5,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from mathrl.reward import grade_batch
 from mathrl_testenv import SHARED_DATA as DATA
 from mathrl_testenv import require
+
+pytestmark = pytest.mark.slow  # every test here takes seconds (make test-fast skips them)
 
 MATH500 = DATA / "math500" / "test.jsonl"
 GSM8K = DATA / "gsm8k" / "test.jsonl"

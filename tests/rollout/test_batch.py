@@ -117,6 +117,7 @@ def _draw_frequencies(sampler, logprobs: torch.Tensor, draws: int, seed: int = 0
     return counts / draws
 
 
+@pytest.mark.slow
 def test_sample_tokens_draws_the_distribution_and_never_a_cut_token():
     """Frequencies over 200k draws within 5 standard errors of p, never a token with p = 0 (cut by
     top-k / top-p); the greedy draw is the argmax. Negative control: a sampler off by one token in

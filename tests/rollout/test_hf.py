@@ -137,6 +137,7 @@ def _sync_check(engine, trainer, prompts, n=2, max_tokens=16):
     return gap0, gap_stale, gap_fresh, gap_gen
 
 
+@pytest.mark.slow
 def test_tiny_weight_sync(tiny_dir, chat_prompts):
     from mathrl.models import load_causal_lm
 
@@ -179,6 +180,7 @@ def test_prompts_as_token_ids(tiny_engine, chat_prompts):
 
 
 # ---- the real model ---------------------------------------------------------------------------
+@pytest.mark.slow
 def test_smollm2_batch(smol_engine, chat_prompts):
     sp = SamplingConfig(temperature=0.7, max_tokens=32, seed=0)
     b = smol_engine.generate(chat_prompts, 4, sp)
@@ -203,6 +205,7 @@ def test_smollm2_batch(smol_engine, chat_prompts):
     assert torch.equal(one.response_ids, two.response_ids) and torch.equal(one.logprobs, two.logprobs)
 
 
+@pytest.mark.slow
 def test_smollm2_weight_sync(smol_engine, smollm2_path, chat_prompts):
     from mathrl.models import load_causal_lm
 
@@ -271,6 +274,7 @@ def _streamed_rows(engine, prompts, n, sp):
     return b, calls
 
 
+@pytest.mark.slow
 def test_smollm2_rows_are_streamed_as_they_finish(smol_engine, chat_prompts):
     """``on_row`` fires for each response when it ends (EOS or a stop string), while the others decode;
     the samples are those of a call without it. Negative control: an engine that reports every row

@@ -11,7 +11,11 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from mathrl_testenv import require_import
+
+pytestmark = pytest.mark.slow  # every test here takes seconds (make test-fast skips them)
 
 SCRIPT = textwrap.dedent("""
     import os, socket, torch

@@ -118,6 +118,7 @@ FALLBACK = {"cache_kw": "past_key_values", "hf_cache_kw": "past_key_values",
             "checkpointing_enable": "gradient_checkpointing_enable", "checkpointing_flag": "is_gradient_checkpointing"}
 
 
+@pytest.mark.slow
 @pytest.mark.vllm
 @pytest.mark.timeout(1200)
 def test_fallback_branches_run_under_vllm_env_transformers(tmp_path):

@@ -44,12 +44,14 @@ def vllm_engine(smollm2_path):
     eng.close()
 
 
+@pytest.mark.slow
 def test_auto_picks_vllm_when_worker_works():
     py = _vllm_python_or_skip()
     chosen, why = resolve_backend("auto", None if py == "inprocess" else py)
     assert chosen == "vllm", why
 
 
+@pytest.mark.slow
 def test_vllm_batch_well_formed(vllm_engine, chat_prompts):
     sp = SamplingConfig(temperature=0.7, max_tokens=48, seed=0)
     b = vllm_engine.generate(chat_prompts, 4, sp)
@@ -93,6 +95,7 @@ def _long_chat_prompt(tokenizer, min_tokens: int) -> str:
             return text
 
 
+@pytest.mark.slow
 def test_vllm_seeded_long_prompt_after_greedy(vllm_engine, chat_prompts):
     """Regression (``CPU Generator does not use offset``): the evaluation's call shape -- a greedy
     call, then n>1 samples with top_p<1, a seed and a max_tokens cut -- on a prompt longer than
@@ -135,6 +138,7 @@ def test_vllm_seeded_long_prompt_after_greedy(vllm_engine, chat_prompts):
           f"info={ {k: info.get(k) for k in ('on_cpu', 'chunked_prefill', 'max_num_batched_tokens')} }")
 
 
+@pytest.mark.slow
 def test_vllm_sampler_logprobs_are_processed(vllm_engine, smollm2_path, chat_prompts):
     """At T=0.7, top_p=1, the sampler logprobs equal log_softmax(logits / 0.7) of the trainer."""
     from mathrl.models import load_causal_lm
@@ -147,6 +151,7 @@ def test_vllm_sampler_logprobs_are_processed(vllm_engine, smollm2_path, chat_pro
     assert gap < VLLM_TOL, gap
 
 
+@pytest.mark.slow
 def test_vllm_weight_sync(vllm_engine, smollm2_path, chat_prompts):
     """Trainer step -> engine is stale (differs) -> push -> engine equals the trainer, both for a
     fixed sequence (prompt logprobs) and for fresh samples of the same prompts (which would reuse
@@ -196,6 +201,7 @@ def test_vllm_weight_sync(vllm_engine, smollm2_path, chat_prompts):
     vllm_engine.update_weights(original)
 
 
+@pytest.mark.slow
 def test_vllm_aborted_push_then_full_push(vllm_engine, smollm2_path, chat_prompts):
     """A trainer-side error in the middle of a push is raised to the caller, the worker stays in
     step, and the next complete push leaves the engine equal to the trainer."""
@@ -218,6 +224,7 @@ def test_vllm_aborted_push_then_full_push(vllm_engine, smollm2_path, chat_prompt
     assert gap < VLLM_TOL, gap
 
 
+@pytest.mark.slow
 def test_vllm_groups_are_streamed_as_they_finish(vllm_engine, chat_prompts):
     """With ``on_row`` the engine is stepped here and each prompt's group is handed over when vLLM
     finishes it (through the worker's partial answers), ahead of the reply; the samples are exactly

@@ -152,6 +152,7 @@ def test_staleness_zero_is_the_synchronous_run(digit_model_dir, tmp_path):
     assert any(not torch.equal(w_plain[k], w_async[k]) for k in w_plain)
 
 
+@pytest.mark.slow
 @pytest.mark.vllm
 @pytest.mark.timeout(900)
 def test_async_rollout_with_the_vllm_worker(digit_model_dir_vllm, tmp_path):

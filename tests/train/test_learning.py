@@ -10,6 +10,8 @@ from mathrl.train.metrics import read_metrics
 
 from _train_tasks import FIRST_DIGIT, digit_problems
 
+pytestmark = pytest.mark.slow  # every test here takes seconds (make test-fast skips them)
+
 
 def _run(model_dir, out, loss_sign, seed=0):
     cfg = load_config(None, [f"train.seed={seed}",

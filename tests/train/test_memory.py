@@ -149,6 +149,7 @@ def test_tokens_that_fit_inverts_the_estimate():
     assert memory.tokens_that_fit(TINY, 0, group_size=2, prompt_len=3, response_len=2) == 0
 
 
+@pytest.mark.slow
 def test_available_memory_reads_the_address_space_limit():
     """In a child with RLIMIT_AS set, the free memory is the limit minus the address space in use."""
     code = ("import resource, json\n"
@@ -236,6 +237,7 @@ def test_the_real_model_under_a_memory_limit_adapts_and_without_the_fit_dies(emb
     assert tiny.returncode == 3 and "lower rollout.max_tokens" in tiny.stderr, tiny.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_checkpoints_by_time(digit_model_dir, tmp_path):
     """train.save_every_minutes saves when that much time has passed (here: at once, so after every step);
     0 saves only at the end; the default is on (30 minutes)."""

@@ -19,6 +19,8 @@ from mathrl_testenv import require_import
 
 from _train_tasks import step_rows
 
+pytestmark = pytest.mark.slow  # every test here takes seconds (make test-fast skips them)
+
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "configs" / "grpo_wordproblems_cpu.yaml"
 

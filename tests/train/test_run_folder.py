@@ -115,6 +115,7 @@ def test_resume_auto_with_nothing_to_resume_says_so(digit_model_dir, tmp_path, c
     assert json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 2
 
 
+@pytest.mark.slow
 def test_the_log_names_slow_checkpoints_and_not_deepspeeds_build(tiny_model_dir, digit_model_dir, tmp_path,
                                                                    monkeypatch, capsys):
     """Issue 38 point 10: a checkpoint write says in the log that it is running (here every write, the

@@ -3,7 +3,11 @@ run is the same as grading the whole batch afterwards (every metric but the timi
 
 from __future__ import annotations
 
+import pytest
+
 from _train_tasks import digit_cfg, digit_problems, step_rows, without_timing
+
+pytestmark = pytest.mark.slow  # every test here takes seconds (make test-fast skips them)
 
 
 def test_streamed_grading_changes_nothing_but_when(digit_model_dir, tmp_path):

@@ -182,6 +182,7 @@ def _mathrl() -> str:
     return str(exe)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["truncated JSONL", "model path does not exist"])
 def test_cli_exit_2_one_line_before_deepspeed(base, scratch, name, tmp_path):
     """``mathrl train recipe.yaml overrides...`` on a bad input: status 2, one stderr line (no traceback,
@@ -298,6 +299,7 @@ def test_docs_errors_md_is_current(scratch):
     assert et.DOC.read_text() == page, "docs/errors.md is stale: run scripts/error_table.py --write"
 
 
+@pytest.mark.slow
 def test_real_gsm8k_passes_and_longest_prompt_is_found(shared_data, embedded_model_path):
     """The shipped GSM8K files pass every check with the embedded model, and the candidate
     shortcut of the context check finds the same longest prompt as tokenising all of them."""

@@ -109,6 +109,7 @@ def _mathrl(*args, timeout=120):
                           timeout=timeout, cwd=REPO)
 
 
+@pytest.mark.slow
 def test_cli_train_help_lists_fields_and_errors_have_no_traceback():
     out = _mathrl("train", "--help")
     assert out.returncode == 0

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # every test here takes seconds (make test-fast skips them)
+
 CONFTEST = Path(__file__).resolve().parents[1] / "conftest.py"
 REPO = CONFTEST.parents[1]
 

@@ -109,6 +109,7 @@ def test_the_cycle_check_finds_a_cycle(tmp_path):
     assert cycles(graph) == [["mathrl.x", "mathrl.y"]]
 
 
+@pytest.mark.slow
 def test_every_module_imports_in_a_fresh_interpreter():
     names = sorted(m for m in _modules() if not m.endswith("__main__"))
     code = "import importlib, sys\nfor n in sys.argv[1:]:\n    importlib.import_module(n)\nprint('ok', len(sys.argv) - 1)"

@@ -26,6 +26,7 @@ def test_an_old_deepspeed_is_refused_with_the_fix(monkeypatch, old):
         check_versions()
 
 
+@pytest.mark.slow
 def test_pyproject_floors_match():
     from pathlib import Path
 
