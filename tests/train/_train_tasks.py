@@ -70,7 +70,30 @@ def torchrun(script, args, ws: int, timeout: int = 420) -> tuple[int, str]:
     try:
         log, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        # torchrun starts each worker in a session of its own: killing the launcher's group would leave the
+        # hung workers running, holding the log pipe open, and the wait for the log would never end
+        tree = descendants(proc.pid)
         os.killpg(proc.pid, signal.SIGKILL)
-        log, _ = proc.communicate()
+        for pid in tree:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            log, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            log = "(the log pipe stayed open after the kill)"
         pytest.fail(f"world size {ws}: no result after {timeout} s (ranks hang in a collective?)\n{log[-3000:]}")
     return proc.returncode, log
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children, their children, ...), whatever session they run in."""
+    from mathrl.procs import child_pids
+
+    out, todo = [], [pid]
+    while todo:
+        kids = child_pids(todo.pop(), zombies=True)
+        out += kids
+        todo += kids
+    return out

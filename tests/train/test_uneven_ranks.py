@@ -1,8 +1,10 @@
 """Two gloo ranks with uneven work on the real model: SmolLM2-135M-Instruct, sampled responses of up to
-64 tokens, ZeRO-2 and ZeRO-3, rank 0 with more micro-batches than rank 1. Before the ranks agreed on the
-micro-batch count this hung (ZeRO communicates inside every backward, ZeRO-3 inside every forward): the
-test has a timeout, so a regression fails instead of hanging. The update equals one process doing the
-whole global batch."""
+64 tokens, ZeRO-2 and ZeRO-3, rank 0 with more micro-batches than rank 1. Each process runs the product's
+own ``train_step`` (tests/train/_uneven_update.py): problems drawn from the stream, the real verifier, the
+old/reference forwards, the loop's global normalisers, the agreed micro-batch count and the update.
+Before the ranks agreed on the micro-batch count this hung (ZeRO communicates inside every backward,
+ZeRO-3 inside every forward): the test has a timeout, so a regression fails instead of hanging. The
+update equals one process doing the whole global batch."""
 
 from __future__ import annotations
 
