@@ -12,6 +12,7 @@ import sys
 
 from mathrl import __version__
 from mathrl.accelerator import set_ds_accelerator
+from mathrl.errors import InputError, MathrlError
 
 USAGE = """mathrl <command> [options]
 
@@ -25,7 +26,7 @@ commands:
 run `mathrl <command> --help` for the options of a command."""
 
 
-class UserError(Exception):
+class UserError(InputError):
     """An input problem reported to the user as one line (exit status 2)."""
 
 
@@ -115,23 +116,15 @@ def main(argv: list[str] | None = None) -> int:
     if cmd not in COMMANDS:
         print(f"mathrl: unknown command {cmd!r}; allowed: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
-    from mathrl.config import ConfigError
-
     try:
         return COMMANDS[cmd](rest)
-    except (ConfigError, UserError) as exc:
-        print(f"mathrl {cmd}: error: {exc}", file=sys.stderr)
-        return 2
+    except MathrlError as exc:  # bad input (exit 2) or a run that stopped itself (exit 3): mathrl/errors.py
+        print(f"mathrl {cmd}: {exc.verb}: {exc}", file=sys.stderr)
+        return exc.exit_code
     except KeyboardInterrupt:
         print(f"mathrl {cmd}: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # known input-error types from the stages
-        if type(exc).__name__ in ("DataError", "ModelError", "VerifyInputError"):
-            print(f"mathrl {cmd}: error: {exc}", file=sys.stderr)
-            return 2
-        if type(exc).__name__ in ("TrainingError", "CheckpointError"):  # the run stopped; the message says why
-            print(f"mathrl {cmd}: stopped: {exc}", file=sys.stderr)
-            return 3
+    except Exception as exc:
         lost = lost_rank_message(exc)
         if lost is not None:
             print(f"mathrl {cmd}: stopped: {lost}", file=sys.stderr)

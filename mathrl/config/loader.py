@@ -19,11 +19,12 @@ from typing import Any, Literal, Union
 import yaml
 
 from mathrl.config.schema import Config
+from mathrl.errors import InputError
 
 __all__ = ["ConfigError", "load_config", "set_value", "validate", "describe_fields", "help_text", "dump_yaml"]
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError, ValueError):
     """A configuration problem; ``str(err)`` is a single line meant for the user."""
 
 

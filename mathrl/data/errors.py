@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mathrl.errors import InputError
 
-class DataError(ValueError):
+
+class DataError(InputError, ValueError):
     """A dataset cannot be read or a row cannot be mapped to a :class:`Problem`.
 
     The message always names where (file and line, or hub name and row), which
