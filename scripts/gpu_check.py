@@ -229,7 +229,7 @@ def algo_check(device: str) -> dict:
         m, sc, gi, lp, ol, rf, va, ov = map(mv, (mask, scores, group, logp, old, ref, values, old_v))
         out = {}
         for name in ("grpo", "dr_grpo", "rloo"):
-            out[f"adv/{name}"] = A.ADVANTAGE_ESTIMATORS[name](sc, gi)
+            out[f"adv/{name}"] = A.get_advantage_estimator(name)(sc, gi)
         kl = K.estimate(lp, rf, "k1")
         tr = A.token_level_rewards(sc, m, kl, 0.05)
         out["adv/reinforce_pp"] = A.reinforce_pp(tr, m)

@@ -1,7 +1,7 @@
 """RL algorithm core: advantages, KL estimators and losses as pure tensor functions.
 
 - :mod:`mathrl.algo.advantages`: ``grpo``, ``dr_grpo``, ``rloo``, ``reinforce_pp``, ``gae``
-  (registry ``ADVANTAGE_ESTIMATORS``), masked statistics, ``token_level_rewards`` and
+  (registry ``ESTIMATORS``: one ``EstimatorSpec`` per name), masked statistics, ``token_level_rewards`` and
   ``broadcast_to_tokens``.
 - :mod:`mathrl.algo.kl`: ``estimate(logp, ref_logp, kind)`` for ``k1``/``k2``/``k3``
   (registry ``KL_ESTIMATORS``).
@@ -16,12 +16,12 @@ No model, engine or config object enters these functions; configs pick them by n
 from __future__ import annotations
 
 from mathrl.algo import advantages, kl, logprobs, losses
-from mathrl.algo.advantages import ADVANTAGE_ESTIMATORS, get_advantage_estimator
+from mathrl.algo.advantages import ESTIMATORS, get_advantage_estimator
 from mathrl.algo.kl import KL_ESTIMATORS
 from mathrl.algo.losses import LOSS_AGG_MODES
 
 __all__ = [
-    "ADVANTAGE_ESTIMATORS",
+    "ESTIMATORS",
     "KL_ESTIMATORS",
     "LOSS_AGG_MODES",
     "advantages",

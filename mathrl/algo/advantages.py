@@ -31,8 +31,7 @@ The trainer calls them all through :func:`estimate_advantages`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from collections.abc import Set as AbstractSet
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, TypeVar
 
@@ -46,10 +45,6 @@ __all__ = [
     "get_estimator_spec",
     "estimator_params",
     "estimate_advantages",
-    "ADVANTAGE_ESTIMATORS",
-    "SEQUENCE_LEVEL",
-    "TOKEN_LEVEL",
-    "NEEDS_CRITIC",
     "get_advantage_estimator",
     "masked_mean",
     "masked_var",
@@ -148,62 +143,6 @@ def get_estimator_spec(name: str) -> EstimatorSpec:
 def get_advantage_estimator(name: str) -> Callable[..., object]:
     """Look an estimator's function up by its config name; unknown names raise ``ValueError``."""
     return get_estimator_spec(name).fn
-
-
-class _EstimatorFns(Mapping[str, Callable[..., object]]):
-    """Live read-only view: config name -> estimator function."""
-
-    def __getitem__(self, name: str) -> Callable[..., object]:
-        return ESTIMATORS[name].fn
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(list(ESTIMATORS))
-
-    def __len__(self) -> int:
-        return len(ESTIMATORS)
-
-    def __repr__(self) -> str:
-        return f"ADVANTAGE_ESTIMATORS({', '.join(ESTIMATORS)})"
-
-
-class _EstimatorNames(AbstractSet[str]):
-    """Live read-only set of the registered names whose spec satisfies a predicate."""
-
-    def __init__(self, pred: Callable[[EstimatorSpec], bool], label: str) -> None:
-        self._pred, self._label = pred, label
-
-    def _names(self) -> list[str]:
-        return [n for n, s in ESTIMATORS.items() if self._pred(s)]
-
-    @classmethod
-    def _from_iterable(cls, it):  # results of |, &, - are plain frozensets
-        return frozenset(it)
-
-    def __contains__(self, name: object) -> bool:
-        spec = ESTIMATORS.get(name) if isinstance(name, str) else None
-        return spec is not None and self._pred(spec)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._names())
-
-    def __len__(self) -> int:
-        return len(self._names())
-
-    def __repr__(self) -> str:
-        return f"{self._label}({{{', '.join(map(repr, self._names()))}}})"
-
-
-ADVANTAGE_ESTIMATORS: Mapping[str, Callable[..., object]] = _EstimatorFns()
-"""Config name -> estimator function (a live view of :data:`ESTIMATORS`)."""
-
-SEQUENCE_LEVEL: AbstractSet[str] = _EstimatorNames(lambda s: s.level == "sequence", "SEQUENCE_LEVEL")
-"""Estimators called as ``fn(scores[N], group_index[N]) -> [N]`` (derived from the registry)."""
-
-TOKEN_LEVEL: AbstractSet[str] = _EstimatorNames(lambda s: s.level == "token", "TOKEN_LEVEL")
-"""Estimators that take per-token rewards ``[N, T]`` and a mask (derived from the registry)."""
-
-NEEDS_CRITIC: AbstractSet[str] = _EstimatorNames(lambda s: s.needs_critic, "NEEDS_CRITIC")
-"""Estimators that need a value model (``values [N, T]``) (derived from the registry)."""
 
 
 # --------------------------------------------------------------------------- helpers

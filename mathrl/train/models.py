@@ -132,7 +132,7 @@ def build_models(cfg: Config, dist: DistInfo, total_steps: int) -> Models:
         ref = build_inference_engine(ref_module, stage=cfg.deepspeed.zero_stage,
                                      dtype=dtype, world_size=dist.world_size)
     critic = None
-    if cfg.advantage in adv_mod.NEEDS_CRITIC:
+    if adv_mod.get_estimator_spec(cfg.advantage).needs_critic:
         cpath = resolve_model_path(cfg.model.critic_model, cfg.model.cache_dir) if cfg.model.critic_model else path
         with zero3_init(policy_ds):  # sharded like the policy under ZeRO-3
             critic_module = ValueModel.from_pretrained(cpath, dtype=dtype)

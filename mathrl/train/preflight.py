@@ -139,13 +139,13 @@ def check_model_specs(cfg: Config) -> str:
 
     Only names and folders are checked here (``config.json`` present); nothing is loaded.
     """
-    from mathrl.algo.advantages import NEEDS_CRITIC
+    from mathrl.algo.advantages import get_estimator_spec
 
     m = cfg.model
     path = _resolve("model.name", m.name, m.cache_dir)
     if m.ref_model and cfg.algo.kl_coef > 0:
         _resolve("model.ref_model", m.ref_model, m.cache_dir)
-    if m.critic_model and cfg.advantage in NEEDS_CRITIC:
+    if m.critic_model and get_estimator_spec(cfg.advantage).needs_critic:
         _resolve("model.critic_model", m.critic_model, m.cache_dir)
     return path
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from mathrl.algo import advantages as A
 from mathrl.algo.advantages import (
-    ADVANTAGE_ESTIMATORS,
+    ESTIMATORS,
     broadcast_to_tokens,
     dr_grpo,
     gae,
@@ -265,8 +265,8 @@ def test_reinforce_pp_with_outcome_reward():
 
 
 def test_registry():
-    assert set(ADVANTAGE_ESTIMATORS) == {"grpo", "dr_grpo", "rloo", "reinforce_pp", "gae"}
-    assert A.SEQUENCE_LEVEL | A.TOKEN_LEVEL == set(ADVANTAGE_ESTIMATORS)
+    assert set(ESTIMATORS) == {"grpo", "dr_grpo", "rloo", "reinforce_pp", "gae"}
+    assert {n for n, s in ESTIMATORS.items() if s.level in ("sequence", "token")} == set(ESTIMATORS)
     assert get_advantage_estimator("rloo") is rloo
     with pytest.raises(ValueError, match="allowed: dr_grpo, gae, grpo, reinforce_pp, rloo"):
         get_advantage_estimator("ppo")
