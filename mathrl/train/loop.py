@@ -90,11 +90,10 @@ def compute_advantages(cfg: Config, scores: torch.Tensor, group_index: torch.Ten
 
 
 def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, state: State,
-               loss_sign: float = 1.0, sample_log=None, sampler: OffPolicySampler | None = None) -> dict[str, float]:
+               sample_log=None, sampler: OffPolicySampler | None = None) -> dict[str, float]:
     """One RL step (see the module docstring).
 
-    ``loss_sign=-1`` flips the policy gradient (a test hook showing that learning
-    depends on the gradient's direction); ``sample_log(step, records)`` receives
+    ``sample_log(step, records)`` receives
     ``logging.log_samples`` of this rank's completions (``rollouts.jsonl``). ``sampler``
     (``rollout.staleness = 1``) gives the batch sampled during the previous step and samples the next
     one during this step's update (:mod:`mathrl.train.offpolicy`)."""
@@ -156,7 +155,7 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
     loss_mask = mask & ~torch.tensor(s.truncated, dtype=torch.bool)[:, None] if a.mask_truncated else None
     tb = TrainBatch(batch=batch, mask=mask, advantages=advantages, old_logp=old_logp, ref_logp=ref_logp,
                     old_values=values, returns=returns, norm_const=a.norm_const or float(r.max_tokens),
-                    loss_sign=loss_sign, loss_mask=loss_mask)
+                    loss_mask=loss_mask)
 
     # 6. PPO epochs over mini-batches of prompts (a group's G responses stay together); one optimizer
     #    step per mini-batch, each loss divided by the mini-batch's global token/sequence counts
@@ -221,7 +220,7 @@ def _evaluate(models: Models, rollout, eval_problems, cfg: Config, **kw) -> dict
         return evaluate(rollout, eval_problems, cfg, **kw)
 
 
-def run(cfg: Config, *, loss_sign: float = 1.0, problems=None) -> int:
+def run(cfg: Config, *, problems=None) -> int:
     """Run training as configured; returns the process exit code.
 
     ``problems`` (a list of :class:`mathrl.data.Problem`) lets a script train on its own task (by default
@@ -278,7 +277,7 @@ def run(cfg: Config, *, loss_sign: float = 1.0, problems=None) -> int:
             logger.log(0, before, event="eval")
         last_save = time.monotonic()
         while state.step < cfg.train.steps:
-            metrics = train_step(cfg, dist, models, rollout, problems, state, loss_sign=loss_sign,
+            metrics = train_step(cfg, dist, models, rollout, problems, state,
                                  sample_log=sample_log if dist.is_main else None, sampler=sampler)
             state.step += 1
             state.ahead = sampler.state_dict() if sampler is not None else None

@@ -31,7 +31,6 @@ class TrainBatch:
     old_values: torch.Tensor | None = None  # [N, T] critic values before the update (GAE)
     returns: torch.Tensor | None = None     # [N, T] value targets (GAE)
     norm_const: float = 1.0                 # the constant of the seq-mean-token-sum-norm aggregation
-    loss_sign: float = 1.0                  # -1 flips the policy gradient (a test hook)
     loss_mask: torch.Tensor | None = None   # [N, T] bool, the tokens the policy loss counts (None: mask;
                                             # algo.mask_truncated leaves truncated responses out)
 
@@ -147,7 +146,7 @@ def update_policy(cfg: Config, dist, models, tb: TrainBatch, plan, norms, stats_
             for k, v in mismatch_stats(old, sampler, mb.response_mask).items():
                 _acc(stats_acc, k, v)
         agg = dict(agg=a.loss_agg, norm_tokens=norms.tokens, norm_seqs=norms.seqs, norm_const=tb.norm_const)
-        pg_loss, st = loss_fn(logp, old, adv * tb.loss_sign, m, clip_low=a.clip_low, clip_high=a.clip_high,
+        pg_loss, st = loss_fn(logp, old, adv, m, clip_low=a.clip_low, clip_high=a.clip_high,
                               dual_clip=a.dual_clip, weights=weights, **agg)
         loss = pg_loss
         kl_loss = None
