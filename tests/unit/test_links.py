@@ -24,7 +24,7 @@ def _anchors(md: Path) -> set[str]:
     return out
 
 
-def broken_links(md: Path) -> list[str]:
+def broken_links(md: Path, root: Path = ROOT) -> list[str]:
     bad = []
     in_code = False
     for n, line in enumerate(md.read_text(encoding="utf-8").splitlines(), start=1):
@@ -38,18 +38,18 @@ def broken_links(md: Path) -> list[str]:
             path, _, anchor = target.partition("#")
             dest = (md.parent / path).resolve() if path else md
             if not dest.exists():
-                bad.append(f"{md.relative_to(ROOT)}:{n}: {target} (no such file)")
+                bad.append(f"{md.relative_to(root)}:{n}: {target} (no such file)")
             elif anchor and dest.suffix == ".md" and anchor.lower() not in _anchors(dest):
-                bad.append(f"{md.relative_to(ROOT)}:{n}: {target} (no heading #{anchor})")
+                bad.append(f"{md.relative_to(root)}:{n}: {target} (no heading #{anchor})")
     return bad
 
 
-def broken_py_refs(py: Path) -> list[str]:
+def broken_py_refs(py: Path, root: Path = ROOT) -> list[str]:
     bad = []
     for n, line in enumerate(py.read_text(encoding="utf-8").splitlines(), start=1):
         for ref in PY_REF.findall(line):
-            if not (ROOT / ref).exists() and not (py.parent / ref).exists():
-                bad.append(f"{py.relative_to(ROOT)}:{n}: {ref} (no such file)")
+            if not (root / ref).exists() and not (py.parent / ref).exists():
+                bad.append(f"{py.relative_to(root)}:{n}: {ref} (no such file)")
     return bad
 
 
@@ -70,15 +70,10 @@ def test_the_checks_find_broken_links(tmp_path):
     (tmp_path / "b.md").write_text("# Real heading\n")
     md.write_text("see [x](missing.md), [y](b.md#real-heading), [z](b.md#nope), [w](https://example.org)\n"
                   "```\n[not a link](nowhere.md)\n```\n")
-    global ROOT
-    old, ROOT = ROOT, tmp_path
-    try:
-        bad = broken_links(md)
-        py = tmp_path / "m.py"
-        py.write_text('"""see DESIGN.md and docs/architecture.md; writes report.md"""\n')
-        refs = broken_py_refs(py)
-    finally:
-        ROOT = old
+    bad = broken_links(md, tmp_path)
+    py = tmp_path / "m.py"
+    py.write_text('"""see DESIGN.md and docs/architecture.md; writes report.md"""\n')
+    refs = broken_py_refs(py, tmp_path)
     assert len(bad) == 2 and "missing.md" in bad[0] and "#nope" in bad[1]
     assert len(refs) == 2 and "DESIGN.md" in refs[0] and "docs/architecture.md" in refs[1]
 

@@ -71,10 +71,15 @@ def readme_commands(text: str) -> list[tuple[list[str], str | None]]:
 
 
 def kept_steps(cfg) -> set[int]:
-    """The checkpoint steps a finished run of ``cfg`` keeps: the last step always, and the multiples of
-    ``train.save_every`` among the newest ``train.keep_last`` (timed saves only add newer ones)."""
+    """The checkpoint steps a finished run of ``cfg`` keeps: the steps the trainer's own
+    ``checkpoint_due`` saves (timed saves left out: they only add newer ones) and the last step, of which
+    rotation keeps the newest ``train.keep_last``."""
+    import time
+
+    from mathrl.train.checkpoint import checkpoint_due
+
     t = cfg.train
-    saved = sorted({s for s in range(1, t.steps + 1) if t.save_every and s % t.save_every == 0} | {t.steps})
+    saved = sorted({s for s in range(1, t.steps) if checkpoint_due(cfg, s, time.monotonic())} | {t.steps})
     return set(saved[-t.keep_last:])
 
 
@@ -97,9 +102,8 @@ def readme_env(tmp_path, monkeypatch):
              "answer": "He has 3 + 4 = 7 apples.\n#### 7"},
             {"question": "A box holds 6 pens. How many pens are in 2 boxes?", "answer": "6 * 2 = 12\n#### 12"},
             {"question": "Sara had 10 cards and gave away 4. How many are left?", "answer": "10 - 4 = 6\n#### 6"}]
-    for name in ("gsm8k",):
-        (data / name).mkdir(parents=True)
-        (data / name / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (data / "gsm8k").mkdir(parents=True)
+    (data / "gsm8k" / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     home = tmp_path / "home"
     (home / "mathrl-data").mkdir(parents=True)
     (home / "mathrl-data" / "gsm8k").symlink_to(data / "gsm8k")
