@@ -184,6 +184,7 @@ def mathrl_overrides(spec: dict, backend: str, bf16: bool = False) -> list[str]:
         f"train.batch_size={spec['B']}", f"train.lr={spec['lr']}", "train.lr_schedule=constant",
         "train.weight_decay=0.0", "train.max_grad_norm=1.0", f"train.seed={spec['seed']}",
         f"train.steps={spec['total_steps']}", f"train.micro_batch_tokens={spec['micro_batch_tokens']}",
+        "train.save_every=0", "train.save_every_minutes=0",  # TRL saves nothing either (save_strategy="no")
         f"train.output_dir={spec['workdir']}/mathrl_{backend}{'_bf16' if bf16 else ''}",
         f"model.autocast={'bfloat16' if bf16 else 'off'}", "reward.function=correctness",
         f"reward.workers={spec['reward_workers']}", "logging.tensorboard=false", "logging.console=plain",
@@ -199,34 +200,28 @@ def worker_mathrl(spec: dict, backend: str, bf16: bool = False) -> None:
     t0 = time.perf_counter()
     from mathrl.config import load_config
     from mathrl.data.splits import load_training_problems
-    from mathrl.train.checkpoint import State
-    from mathrl.train.loop import train_step
-    from mathrl.train.models import build_models, make_rollout, sync_weights
-    from mathrl.train.setup import prepare_run
+    from mathrl.train.loop import RLMethod
+    from mathrl.train.trainer import Trainer
 
     cfg = load_config(None, mathrl_overrides(spec, backend, bf16))
-    dist, _out = prepare_run(cfg)
-    problems = load_training_problems(cfg)
-    models = build_models(cfg, dist, cfg.train.steps)
-    rollout = make_rollout(cfg, models)
-    sync_weights(rollout, models.policy)
-    state = State()
+    # the training problems passed explicitly: no held-out evaluation inside the timed run (TRL does none)
+    trainer = Trainer(cfg, RLMethod(), problems=load_training_problems(cfg))
+    trainer.setup()
     settings = {"overrides": mathrl_overrides(spec, backend, bf16), "zero_stage": cfg.deepspeed.zero_stage,
-                "share_prompt": cfg.train.share_prompt, "rollout_engine": type(rollout).__name__}
+                "share_prompt": cfg.train.share_prompt, "rollout_engine": type(trainer.rollout).__name__}
     ch.send(event="ready", init_s=time.perf_counter() - t0, settings=settings)
     try:
         while ch.recv() == "step":
             t0 = time.perf_counter()
-            m = train_step(cfg, dist, models, rollout, problems, state)
+            m = trainer.step()
             wall = time.perf_counter() - t0
-            state.step += 1
             release_memory()
             phases = {k[len("time/"):]: v for k, v in m.items() if k.startswith("time/") and k != "time/step"}
             ch.send(event="step", wall=wall, phases=phases, gen_tokens=m["tokens"],
                     truncated=m["response/truncated"], reward=m["reward/mean"], kl=m.get("kl/mean"),
                     rss_mib=_rss_self_mib(), idle_rss_mib=_rss_now_mib())
     finally:
-        rollout.close()
+        trainer.close()
     ch.send(event="done", ru_maxrss_mib=_rss_self_mib(), idle_rss_mib=_rss_now_mib())
 
 

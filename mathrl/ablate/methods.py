@@ -5,14 +5,14 @@
   then run ``train.steps`` SFT steps; step ``s`` trains on the kept samples of the problems that
   step ``s`` of the RL methods sees (same data order, same prompts, same G).
 * ``online_rft`` -- the same, but step ``s`` samples from the *current* policy.
-* ``grpo`` / ``ppo`` -- :func:`mathrl.train.loop.run`.
+* ``grpo`` / ``ppo`` -- the RL step, :class:`mathrl.train.loop.RLMethod`.
 
-All four use the trainer's pieces: :func:`~mathrl.train.models.build_models` (the DeepSpeed engine),
-:func:`~mathrl.train.models.make_rollout`, and steps 1-3 of the RL step,
-:func:`~mathrl.train.sampling.sample_and_grade` (the data order, prompts, sampling seeds and the
-verifier), ``metrics.jsonl`` and the
-checkpoint layout, so only the update rule differs. RFT's update is one SFT step
-(:func:`mathrl.train.sft.sft_train_step`) with the configured learning rate and no KL term.
+All four run on one :class:`~mathrl.train.trainer.Trainer` (start-up, models, resume, the memory fit,
+checkpoints by steps and by minutes, the stop with a save on NaN, ``metrics.jsonl`` and the checkpoint
+layout) and share steps 1-3 of the RL step, :func:`~mathrl.train.sampling.sample_and_grade` (the data
+order, prompts, sampling seeds and the verifier), so only the update rule differs. RFT's update
+(:class:`RFTMethod`) is one SFT step (:func:`mathrl.train.sft.sft_train_step`) with the configured
+learning rate and no KL term.
 """
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ from typing import Any, Callable
 import torch
 
 from mathrl.config import Config
+from mathrl.train.checkpoint import TrainingError
+from mathrl.train.trainer import Method, Trainer
 
-__all__ = ["Task", "run_method", "run_sft_method", "sample_and_filter"]
+__all__ = ["RFTMethod", "Task", "run_method", "sample_and_filter"]
 
 
 @dataclass
@@ -144,92 +146,75 @@ def _presample(cfg: Config, dist, models, rollout, problems: list, opts: dict) -
     return pool
 
 
-def run_sft_method(cfg: Config, *, online: bool, dedup: bool = True, max_per_problem: int | None = None,
-                   problems: list | None = None) -> int:
-    """Offline (``online=False``) or online RFT into ``cfg.train.output_dir``; returns 0.
+class RFTMethod(Method):
+    """Offline (``online=False``) or online RFT as a step of the :class:`~mathrl.train.trainer.Trainer`, which
+    gives it what it gives RL: resume, the memory fit, checkpoints by steps and by minutes, the stop with a
+    save after ``train.max_bad_steps`` NaN steps, ``metrics.jsonl`` and the checkpoint layout (so the
+    evaluation of every method reads the same files).
 
-    Writes ``config.yaml``, ``metrics.jsonl`` (one record per step; offline RFT also an
-    ``rft_sampling`` event with the up-front sampling's statistics) and checkpoints in the trainer's
-    layout (every ``train.save_every`` steps and at the end), so the evaluation of every method reads
-    the same files.
+    Offline RFT samples the initial policy for every step in :meth:`start` (an ``rft_sampling`` event in
+    ``metrics.jsonl`` with the sampling's statistics) and keeps the samples in
+    ``rft_pool.rank<R>.safetensors``, which a resumed run reloads."""
 
-    Resume (``train.resume``): weights, optimizer and step come from the checkpoint; offline RFT
-    reloads its samples of the initial model from ``rft_pool.rank<R>.safetensors``.
-    """
-    from mathrl.train import checkpoint as ckpt
-    from mathrl.train.engines import device
-    from mathrl.train.metrics import process_stats
-    from mathrl.data.splits import load_training_problems
-    from mathrl.train.checkpoint import State, TrainingError, save_checkpoint
-    from mathrl.train.models import build_models, make_rollout, sync_weights
-    from mathrl.train.setup import prepare_run, resume_and_log
-    from mathrl.train.sft import sft_train_step
+    def __init__(self, *, online: bool, dedup: bool = True, max_per_problem: int | None = None) -> None:
+        self.online = online
+        self.opts: dict[str, Any] = dict(dedup=dedup, max_per_problem=max_per_problem)
+        self.pool: list[tuple[dict, dict]] = []
 
-    dist, out = prepare_run(cfg)
-    problems = problems if problems is not None else load_training_problems(cfg)
-    models = build_models(cfg, dist, cfg.train.steps)
-    state = State()
-    resume_from, logger = resume_and_log(cfg, dist, out, models, state)
-    rollout = make_rollout(cfg, models)
-    opts: dict[str, Any] = dict(dedup=dedup, max_per_problem=max_per_problem)
-    try:
-        sync_weights(rollout, models.policy)
-        pool: list[tuple[dict, dict]] = []
+    def start(self, trainer: Trainer) -> None:
+        if self.online:
+            return
+        out, dist, state = trainer.out, trainer.dist, trainer.state
         pool_file = _pool_file(out, dist.rank)
-        if not online and pool_file.is_file() and resume_from is not None:
-            pool = load_pool(pool_file)
-        elif not online and state.step > 0:
+        if pool_file.is_file() and trainer.resume_from is not None:
+            self.pool = load_pool(pool_file)
+        elif state.step > 0:
             raise TrainingError(f"{out}: resuming offline RFT at step {state.step}, but its samples of the initial "
                                 f"model ({pool_file}) are missing; delete {out} to redo the run")
-        elif not online:  # sample once, from the initial policy
+        else:  # sample once, from the initial policy
             t0 = time.perf_counter()
-            pool = _presample(cfg, dist, models, rollout, problems, opts)
-            n_kept = sum(st["rft/kept"] for _, st in pool)
-            n_all = sum(st["tokens"] for _, st in pool)
-            logger.log(0, {"rft/kept_total": n_kept, "tokens": n_all, "time/sampling": time.perf_counter() - t0,
-                           "reward/accuracy": sum(st["reward/accuracy"] for _, st in pool) / max(1, len(pool))},
-                       event="rft_sampling")
-            save_pool(pool_file, pool)
-        while state.step < cfg.train.steps:
-            t_step = time.perf_counter()
-            if online:
-                data, stats = sample_and_filter(cfg, dist, models, rollout, problems, state.step, **opts)
-            else:
-                data, stats = pool[state.step]
-                pool[state.step] = ({}, stats)  # free the tensors
-            t0 = time.perf_counter()
-            sft = sft_train_step(models.policy, data["prompt_ids"], data["prompt_mask"], data["response_ids"],
-                                 data["response_mask"], torch.arange(data["response_ids"].shape[0]),
-                                 token_budget=cfg.train.micro_batch_tokens, device=device(),
-                                 world_size=dist.world_size)
-            stats = dict(stats)
-            stats["time/train"] = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            sync_weights(rollout, models.policy)
-            stats["time/sync"] = time.perf_counter() - t0
-            stats.update(sft)
-            stats["lr"] = models.policy.get_lr()[0]
-            if not online:
-                for k in ("time/generate", "time/grade", "tokens"):
-                    stats[f"presampled/{k}"] = stats.pop(k)
-                stats["tokens"] = 0.0  # counted once, in the rft_sampling event
-            stats["time/step"] = time.perf_counter() - t_step
-            stats.update(process_stats())  # sys/rss_mb etc., as the RL loop logs them (the report's RSS column)
-            state.step += 1
-            state.bad_steps = state.bad_steps + 1 if sft["bad_step"] else 0
-            logger.log(state.step, stats)
-            if state.bad_steps >= cfg.train.max_bad_steps:
-                raise TrainingError(f"step {state.step}: {state.bad_steps} consecutive SFT steps had NaN/inf "
-                                    "losses or gradients; lower train.lr")
-            if cfg.train.save_every and state.step % cfg.train.save_every == 0:
-                save_checkpoint(cfg, dist, models, state)
-        last = ckpt.list_checkpoints(out)
-        if not last or last[-1][0] != state.step:
-            save_checkpoint(cfg, dist, models, state)
-    finally:
-        logger.close()
-        rollout.close()
-    return 0
+            self.pool = _presample(trainer.cfg, dist, trainer.models, trainer.rollout, trainer.problems, self.opts)
+            n_kept = sum(st["rft/kept"] for _, st in self.pool)
+            n_all = sum(st["tokens"] for _, st in self.pool)
+            assert trainer.logger is not None
+            trainer.logger.log(0, {"rft/kept_total": n_kept, "tokens": n_all,
+                                   "time/sampling": time.perf_counter() - t0,
+                                   "reward/accuracy": sum(st["reward/accuracy"] for _, st in self.pool)
+                                   / max(1, len(self.pool))}, event="rft_sampling")
+            save_pool(pool_file, self.pool)
+
+    def step(self, trainer: Trainer) -> dict[str, Any]:
+        from mathrl.train.engines import device
+        from mathrl.train.models import sync_weights
+        from mathrl.train.sft import sft_train_step
+
+        cfg, dist, models, state = trainer.cfg, trainer.dist, trainer.models, trainer.state
+        t_step = time.perf_counter()
+        if self.online:
+            data, stats = sample_and_filter(cfg, dist, models, trainer.rollout, trainer.problems, state.step,
+                                            **self.opts)
+        else:
+            data, stats = self.pool[state.step]
+            self.pool[state.step] = ({}, stats)  # free the tensors
+        t0 = time.perf_counter()
+        sft = sft_train_step(models.policy, data["prompt_ids"], data["prompt_mask"], data["response_ids"],
+                             data["response_mask"], torch.arange(data["response_ids"].shape[0]),
+                             token_budget=cfg.train.micro_batch_tokens, device=device(), world_size=dist.world_size)
+        stats = dict(stats)
+        stats["time/train"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        sync_weights(trainer.rollout, models.policy)
+        stats["time/sync"] = time.perf_counter() - t0
+        stats.update(sft)
+        if sft["bad_step"]:
+            stats["bad_reason"] = "the SFT loss or gradient norm is NaN/inf (optimizer step skipped)"
+        stats["lr"] = models.policy.get_lr()[0]
+        if not self.online:
+            for k in ("time/generate", "time/grade", "tokens"):
+                stats[f"presampled/{k}"] = stats.pop(k)
+            stats["tokens"] = 0.0  # counted once, in the rft_sampling event
+        stats["time/step"] = time.perf_counter() - t_step
+        return stats
 
 
 def _with_reward_terms(cfg: Config, terms: Mapping[str, Mapping | None]) -> Config:
@@ -243,11 +228,11 @@ def _with_reward_terms(cfg: Config, terms: Mapping[str, Mapping | None]) -> Conf
 def run_method(method: str, cfg: Config, *, rft_opts: dict | None = None, task=None) -> int:
     """Train ``cfg`` with ``method`` (rft, online_rft, grpo, ppo) into ``cfg.train.output_dir``.
 
-    The training problems are passed to the trainer explicitly, so :func:`mathrl.train.loop.run`
+    The training problems are passed to the :class:`~mathrl.train.trainer.Trainer` explicitly, so it
     skips its own before/after evaluation: the study evaluates every method the same way afterwards.
     """
     from mathrl.data.splits import load_training_problems
-    from mathrl.train.loop import run
+    from mathrl.train.loop import RLMethod
 
     task = task or Task()
     if task.reward_terms is not None:
@@ -261,8 +246,8 @@ def run_method(method: str, cfg: Config, *, rft_opts: dict | None = None, task=N
                               "rollout is a GRPO/PPO option (RFT samples and fine-tunes in turn); set "
                               "rollout.staleness=0 for this run")
         o = rft_opts or {}
-        return run_sft_method(cfg, online=method == "online_rft", dedup=o.get("dedup", True),
-                              max_per_problem=o.get("max_per_problem"), problems=problems)
+        return Trainer(cfg, RFTMethod(online=method == "online_rft", dedup=o.get("dedup", True),
+                                      max_per_problem=o.get("max_per_problem")), problems=problems).fit()
     if method in ("grpo", "ppo"):
-        return int(run(cfg, problems=problems) or 0)
+        return Trainer(cfg, RLMethod(), problems=problems).fit()
     raise ValueError(f"unknown method {method!r}; allowed: rft, online_rft, grpo, ppo")

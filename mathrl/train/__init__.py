@@ -1,6 +1,7 @@
 """The RL loop, DeepSpeed engines, checkpoint/resume and metrics (docs/architecture.md, ``train/``)."""
 
 from mathrl.train.checkpoint import TrainingError
-from mathrl.train.loop import run
+from mathrl.train.loop import RLMethod, run
+from mathrl.train.trainer import Method, Trainer
 
-__all__ = ["TrainingError", "run"]
+__all__ = ["Method", "RLMethod", "Trainer", "TrainingError", "run"]

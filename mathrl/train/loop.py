@@ -1,4 +1,5 @@
-"""The RL loop: :func:`run` and one RL step, :func:`train_step`, read top to bottom.
+"""The RL step, :func:`train_step`, read top to bottom; :class:`RLMethod` plugs it into the
+:class:`~mathrl.train.trainer.Trainer`, which :func:`run` drives.
 
 GRPO and PPO are the same loop; the configuration chooses the advantage
 estimator, where the KL to the reference goes (the loss, the per-token reward,
@@ -28,8 +29,9 @@ or nowhere), and whether a critic exists. Per step:
 8. iterative RL (``algo.ref_update_every = N``): every N steps the reference
    model becomes a copy of the current policy (DeepSeekMath sec. 4.2).
 
-Where the rest lives: models, the gradient guard, the rollout engine and the
-weight sync in :mod:`mathrl.train.models`; run start-up in
+Where the rest lives: start-up, resume, the memory fit, checkpoint timing, held-out evaluation and the
+stop on NaN in :mod:`mathrl.train.trainer` (one for every method); models, the gradient guard, the rollout
+engine and the weight sync in :mod:`mathrl.train.models`; run start-up in
 :mod:`mathrl.train.setup`; held-out evaluation and the report in
 :mod:`mathrl.train.report`; the training and held-out problems in
 :mod:`mathrl.data.splits`.
@@ -43,33 +45,26 @@ next step).
 
 from __future__ import annotations
 
-import sys
 import time
+from typing import Any
 
 import torch
 
 from mathrl.algo import advantages as adv_mod
 from mathrl.algo import kl as kl_mod
-from mathrl.algo.filtering import PassRateFilter
 from mathrl.algo.losses import global_normalizers
-from mathrl.rollout.colocate import fall_asleep
 from mathrl.config import Config
-from mathrl.train import checkpoint as ckpt
-from mathrl.train.checkpoint import State, TrainingError, save_checkpoint
-from mathrl.data.splits import heldout_problems, load_training_problems
+from mathrl.train.checkpoint import State
 from mathrl.train.engines import DistInfo, device, global_sum
 from mathrl.train.forward import agreed_plan, batch_logprobs, batch_values, plan_micro_batches
-from mathrl.train.metrics import process_stats
-from mathrl.train.memory import fit_micro_batches, size_rollout_context
 from mathrl.train.offpolicy import OffPolicySampler
-from mathrl.train.preflight import inert_settings, longest_prompt
-from mathrl.train.models import (Models, build_models, generation_weights, iterative_reference, make_rollout,
-                                 optimizer_steps_per_rl_step, reset_reference, sync_weights)
-from mathrl.train.report import evaluate, main_only, write_report
+from mathrl.train.preflight import inert_settings
+from mathrl.train.models import (Models, generation_weights, iterative_reference, optimizer_steps_per_rl_step,
+                                 reset_reference, sync_weights)
 from mathrl.train.sampling import sample_records, sample_step, sampling_seed
+from mathrl.train.trainer import Method, Trainer
 from mathrl.train.update import (TrainBatch, group_share, layout_request, packed, sampling_temperature, step_metrics,
                                  update_critic, update_policy)
-from mathrl.train.setup import prepare_run, resume_and_log
 
 
 def compute_advantages(cfg: Config, scores: torch.Tensor, group_index: torch.Tensor, mask: torch.Tensor,
@@ -214,115 +209,60 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
     return metrics
 
 
-def _evaluate(models: Models, rollout, eval_problems, cfg: Config, **kw) -> dict:
-    """:func:`mathrl.train.report.evaluate` with the policy's weights ready for generation (every rank)."""
-    with generation_weights(rollout, models.policy):
-        return evaluate(rollout, eval_problems, cfg, **kw)
+class RLMethod(Method):
+    """The RL step (:func:`train_step`) plugged into the :class:`~mathrl.train.trainer.Trainer`: GRPO, PPO and
+    every estimator of the registry. Adds the asynchronous sampler (``rollout.staleness = 1``), the samples
+    log and the iterative reference (``algo.ref_update_every``)."""
+
+    def __init__(self) -> None:
+        self.sampler: OffPolicySampler | None = None
+
+    def warnings(self, cfg: Config) -> list[str]:
+        msgs = inert_settings(cfg)
+        if cfg.rollout.staleness and cfg.algo.tis_cap is None:
+            msgs.append("rollout.staleness = 1 without algo.tis_cap: the batches come from weights one step old and "
+                        "nothing corrects for it beyond the PPO clip; set algo.tis_cap (2.0 is usual)")
+        return msgs
+
+    def start(self, trainer: Trainer) -> None:
+        cfg = trainer.cfg
+        if cfg.rollout.staleness:
+            self.sampler = OffPolicySampler(cfg, trainer.dist, trainer.models.tokenizer, trainer.rollout,
+                                            trainer.problems)
+            self.sampler.load_state_dict(trainer.state.ahead)  # the batch a checkpoint saved for its next step
+
+    def step(self, trainer: Trainer) -> dict[str, Any]:
+        show, logger = trainer.cfg.logging.show_samples, trainer.logger
+
+        def sample_log(step: int, records: list) -> None:  # rollouts.jsonl, and a console table every N steps
+            assert logger is not None
+            logger.log_samples(step, records, show=bool(show) and step % show == 0)
+
+        return train_step(trainer.cfg, trainer.dist, trainer.models, trainer.rollout, trainer.problems, trainer.state,
+                          sample_log=sample_log if trainer.dist.is_main else None, sampler=self.sampler)
+
+    def after_step(self, trainer: Trainer, metrics: dict[str, Any]) -> None:
+        cfg, models, state = trainer.cfg, trainer.models, trainer.state
+        state.ahead = self.sampler.state_dict() if self.sampler is not None else None
+        if iterative_reference(cfg, models) and state.step % cfg.algo.ref_update_every == 0:
+            t0 = time.perf_counter()
+            reset_reference(models)
+            state.ref_step = state.step
+            metrics["time/ref_reset"] = time.perf_counter() - t0
+        if iterative_reference(cfg, models):
+            metrics["ref/step"] = float(state.ref_step)
+
+    def close(self) -> None:
+        if self.sampler is not None:
+            self.sampler.close()
+            self.sampler = None
 
 
 def run(cfg: Config, *, problems=None) -> int:
-    """Run training as configured; returns the process exit code.
+    """Run RL training as configured (:class:`RLMethod` on the :class:`~mathrl.train.trainer.Trainer`);
+    returns the process exit code.
 
     ``problems`` (a list of :class:`mathrl.data.Problem`) lets a script train on its own task (by default
-    they come from ``data.*``); its own reward is a registered term named in ``reward.terms`` (see
-    :func:`mathrl.reward.rewards.register_reward`)."""
-    dist, out = prepare_run(cfg)
-    custom_task = problems is not None
-    problems = problems if custom_task else load_training_problems(cfg)
-    eval_problems: list = []
-    if not custom_task:
-        eval_problems = heldout_problems(cfg)[1]  # every rank evaluates its share (see evaluate)
-    if eval_problems and cfg.rollout.tensor_parallel_size > 1:
-        # the ranks of a tensor-parallel group must make the same number of generate calls, which the
-        # chunk split across ranks does not guarantee
-        if dist.is_main:
-            print("mathrl: warning: held-out evaluation is off with rollout.tensor_parallel_size > 1; evaluate the "
-                  "saved checkpoints with `mathrl eval`", file=sys.stderr, flush=True)
-        eval_problems = []
-    if dist.is_main:
-        for msg in inert_settings(cfg):
-            print(f"mathrl: warning: {msg}", file=sys.stderr, flush=True)
-    models = build_models(cfg, dist, cfg.train.steps)
-    state = State(pass_filter=PassRateFilter(window=cfg.algo.pass_rate_filter))
-    resume_from, logger = resume_and_log(cfg, dist, out, models, state)
-    # vLLM's context: what this run's prompts and max tokens need, unless rollout.max_model_len is set (vLLM's
-    # default, the model's whole context, would reserve KV cache for sequences the run never forms)
-    size_rollout_context(cfg, models.tokenizer, problems, eval_problems, models.model_path)
-    rollout = make_rollout(cfg, models)
-    sampler = OffPolicySampler(cfg, dist, models.tokenizer, rollout, problems) if cfg.rollout.staleness else None
-    if sampler is not None:
-        sampler.load_state_dict(state.ahead)  # the batch a checkpoint saved for its next step
-        if cfg.algo.tis_cap is None and dist.is_main:
-            print("mathrl: warning: rollout.staleness = 1 without algo.tis_cap: the batches come from weights one "
-                  "step old and nothing corrects for it beyond the PPO clip; set algo.tis_cap (2.0 is usual)",
-                  file=sys.stderr, flush=True)
-    show = cfg.logging.show_samples
-
-    def sample_log(step: int, records: list) -> None:  # rollouts.jsonl, and a console table every N steps
-        logger.log_samples(step, records, show=bool(show) and step % show == 0)
-
-    try:
-        # micro-batches sized to the free memory (after the engine took its share; with rollout.sleep_between_steps
-        # while it sleeps, so the update gets what sleeping frees), kept across a resume; then the first sync
-        prompt_len = longest_prompt(cfg, models.tokenizer, problems, cfg.data.system_prompt)[0]
-        fall_asleep(rollout)
-        memory_stats = fit_micro_batches(cfg, dist, models, prompt_len, resumed=state.micro_batch_tokens)
-        state.micro_batch_tokens = cfg.train.micro_batch_tokens
-        sync_weights(rollout, models.policy)
-        before: dict = {}
-        last_eval: tuple[int, dict] = (-1, {})
-        if eval_problems and state.step == 0:
-            before = _evaluate(models, rollout, eval_problems, cfg, out_dir=main_only(dist, out / "eval" / "step_000000"),
-                              dist=dist)
-            logger.log(0, before, event="eval")
-        last_save = time.monotonic()
-        while state.step < cfg.train.steps:
-            metrics = train_step(cfg, dist, models, rollout, problems, state,
-                                 sample_log=sample_log if dist.is_main else None, sampler=sampler)
-            state.step += 1
-            state.ahead = sampler.state_dict() if sampler is not None else None
-            state.bad_steps = state.bad_steps + 1 if metrics["bad_step"] else 0
-            if iterative_reference(cfg, models) and state.step % cfg.algo.ref_update_every == 0:
-                t0 = time.perf_counter()
-                reset_reference(models)
-                state.ref_step = state.step
-                metrics["time/ref_reset"] = time.perf_counter() - t0
-            if iterative_reference(cfg, models):
-                metrics["ref/step"] = float(state.ref_step)
-            metrics.update(process_stats())
-            metrics.update(memory_stats)
-            metrics["checkpoint/failures"] = float(state.save_failures)
-            logger.log(state.step, metrics)
-            if state.bad_steps >= cfg.train.max_bad_steps:
-                # skipped steps left the weights as they were after the last good step: save them
-                n = state.bad_steps
-                save_checkpoint(cfg, dist, models, state, final=True)
-                saved = ckpt.list_checkpoints(out)[-1][1]
-                raise TrainingError(f"step {state.step}: {n} consecutive steps had NaN/inf and were skipped (last one: "
-                                    f"{metrics.get('bad_reason', 'on another rank')}); the weights are those of step "
-                                    f"{state.step - n}, saved in {saved}. Lower train.lr or check the reward function "
-                                    "and data, then resume with --resume auto")
-            if ckpt.checkpoint_due(cfg, state.step, last_save):
-                save_checkpoint(cfg, dist, models, state)
-                last_save = time.monotonic()
-            if cfg.eval.every and state.step % cfg.eval.every == 0 and eval_problems:
-                last_eval = (state.step, _evaluate(models, rollout, eval_problems, cfg, dist=dist, out_dir=main_only(
-                    dist, out / "eval" / ckpt.step_dirname(state.step))))
-                logger.log(state.step, last_eval[1], event="eval")
-        if not ckpt.list_checkpoints(out) or ckpt.list_checkpoints(out)[-1][0] != state.step:
-            save_checkpoint(cfg, dist, models, state, final=True)
-        if last_eval[0] == state.step:  # the periodic evaluation of the last step is the final one
-            after = last_eval[1]
-        else:
-            after = _evaluate(models, rollout, eval_problems, cfg, dist=dist, out_dir=main_only(
-                dist, out / "eval" / ckpt.step_dirname(state.step))) if eval_problems else {}
-            if after:
-                logger.log(state.step, after, event="eval")
-        if dist.is_main:
-            write_report(out, before, after)
-    finally:
-        logger.close()
-        if sampler is not None:
-            sampler.close()
-        rollout.close()
-    return 0
+    they come from ``data.*``, and the held-out split is evaluated); its own reward is a registered term named
+    in ``reward.terms`` (see :func:`mathrl.reward.rewards.register_reward`)."""
+    return Trainer(cfg, RLMethod(), problems=problems).fit()

@@ -4,7 +4,7 @@ process (``rollout.vllm_python=inprocess``).
 
 Two additions, neither changing what the trainer does: ``mathrl.testing.digits`` is imported so that
 the ``first_digit`` reward (the digit task a tiny model learns in three steps) is registered, and the
-engine the trainer builds (``mathrl.train.loop.make_rollout``) is recorded, so that the test can see what
+engine the trainer builds (``mathrl.train.trainer.make_rollout``) is recorded, so that the test can see what
 ran: after the run each rank writes ``<output_dir>/engine_rank<r>.json`` with the engine's mode and
 info, the ``vllm.LLM`` arguments `mathrl.rollout.vllm_core.build_llm_kwargs` gave, the weight-loading
 path vLLM took, and the process id (an in-process engine lives in the trainer's process).
@@ -19,7 +19,7 @@ import sys
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 import mathrl.testing.digits  # noqa: E402,F401  (registers the first_digit reward)
-import mathrl.train.loop as loop  # noqa: E402
+import mathrl.train.trainer as trainer_mod  # noqa: E402
 from mathrl.cli import main as mathrl_main  # noqa: E402
 
 built = []
@@ -27,14 +27,14 @@ built = []
 
 def main() -> int:
     out, *overrides = sys.argv[1:]
-    real = loop.make_rollout
+    real = trainer_mod.make_rollout
 
     def make_rollout(cfg, models):
         engine = real(cfg, models)
         built.append(engine)
         return engine
 
-    loop.make_rollout = make_rollout
+    trainer_mod.make_rollout = make_rollout
     rc = mathrl_main(["train", f"train.output_dir={out}", *overrides])
     rank = int(os.environ.get("RANK", 0))
     for engine in built:

@@ -158,7 +158,7 @@ def test_train_step_call_order(tiny_dir, tmp_path, monkeypatch, schedule):
     free, and the first sync follows; train_step: generate, sleep, (train), wake weights, sync, then wake
     the KV cache before the next generation; time/sleep and time/wake are logged. Without a schedule: no
     sleep/wake call. The engine is built with rollout.max_model_len sized to the run."""
-    import mathrl.train.loop as loop
+    import mathrl.train.trainer as trainer_mod
     import mathrl.train.memory as memory
     from mathrl.config import load_config
     from mathrl.rollout.hf import HFRolloutEngine
@@ -176,7 +176,7 @@ def test_train_step_call_order(tiny_dir, tmp_path, monkeypatch, schedule):
     def free_memory():  # the engine's memory comes free while it sleeps
         return (40 if made["engine"].state == "asleep" else 10) * 2**30, "test"
 
-    monkeypatch.setattr(loop, "make_rollout", fake_make_rollout)
+    monkeypatch.setattr(trainer_mod, "make_rollout", fake_make_rollout)
     monkeypatch.setattr(memory, "available_bytes", free_memory)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
     out = tmp_path / "run"

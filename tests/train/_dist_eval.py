@@ -44,9 +44,9 @@ def main() -> None:
         return records
 
     runner.generate_records = generate_records
-    import mathrl.train.loop as loop
+    import mathrl.train.trainer as trainer_mod
 
-    real_make_rollout = loop.make_rollout
+    real_make_rollout = trainer_mod.make_rollout
 
     def make_rollout(cfg, models):  # whether the hf engine generates with the trainer's own module, and
         engine = real_make_rollout(cfg, models)  # whether its weights are whole in each generate call
@@ -63,10 +63,7 @@ def main() -> None:
         engine.generate = generate
         return engine
 
-    loop.make_rollout = make_rollout
-    import mathrl.train.models as train_models
-
-    train_models.make_rollout = make_rollout  # the RFT driver imports it from there
+    trainer_mod.make_rollout = make_rollout  # every method's engine is built by the Trainer
     cfg = load_config(None, [
         f"model.name={model_dir}", "data.source=synthetic", "data.synthetic_level=1", "rollout.backend=hf",
         "rollout.max_tokens=8", "rollout.n=2", "train.batch_size=2", f"train.steps={steps}", "data.eval_limit=7",

@@ -19,6 +19,7 @@ def main() -> int:
     import torch
 
     import mathrl.train.loop as loop
+    import mathrl.train.trainer as trainer_mod
     from mathrl.config import load_config
     from mathrl.models import ensure_embedded_model
     from mathrl.train.checkpoint import TrainingError
@@ -26,7 +27,7 @@ def main() -> int:
     torch.set_num_threads(1)
     model = ensure_embedded_model()
     if mode == "nofit":
-        loop.fit_micro_batches = lambda *a, **k: {}
+        trainer_mod.fit_micro_batches = lambda *a, **k: {}
     cfg = load_config("configs/demo.yaml", [
         f"model.name={model}", "rollout.backend=hf", "train.steps=1", f"train.output_dir={out}",
         "data.eval_limit=1", "eval.n=1", "eval.k=1", "eval.max_tokens=4", "eval.greedy=false",
