@@ -23,7 +23,7 @@ tokenizer that fits it, bf16; ``--device cpu``: 2 layers of width 64, vocabulary
 * ``eval``: ``mathrl eval`` with the hf backend; on CUDA it fails when the engine did not run on the GPU;
 * ``zero3_deepspeed``: ``deepspeed --num_gpus 1 --module mathrl.cli train`` (scripts/launch_1gpu.sh's
   launch), GRPO under ZeRO-3 with gradient checkpointing, 3 steps, checkpoints at steps 2 and 3, and a NaN
-  injected into step 2's loss (``MATHRL_FAULT=nan@loss@2``, mathrl/train/faults.py): step 2 must be
+  injected into step 2's loss (``MATHRL_FAULT=nan@loss@2``, installed by the launched module ``mathrl.testing.faults``): step 2 must be
   skipped and step 3 must train;
 * ``kill_resume``: the same run under ``torchrun --nproc_per_node 1 -m mathrl.cli train``, its launcher's
   process group (and every descendant) SIGKILLed once step 2's checkpoint is complete, then ``--resume
@@ -309,15 +309,16 @@ def _console_script(name: str, module: str) -> list[str]:
     return [found] if found else [PYTHON, "-m", module]
 
 
-def launcher_cmd(kind: str, argv: list[str]) -> list[str]:
+def launcher_cmd(kind: str, argv: list[str], module: str = "mathrl.cli") -> list[str]:
     """``mathrl <argv>`` at world size 1 through the real launcher: ``deepspeed --num_gpus 1 --module
-    mathrl.cli`` (scripts/launch_1gpu.sh) or ``torchrun --nproc_per_node 1 -m mathrl.cli``."""
+    mathrl.cli`` (scripts/launch_1gpu.sh) or ``torchrun --nproc_per_node 1 -m mathrl.cli``. ``module``
+    ``mathrl.testing.faults``: the same CLI with ``MATHRL_FAULT``'s faults installed."""
     port = str(_free_port())
     if kind == "deepspeed":
         return [*_console_script("deepspeed", "deepspeed.launcher.runner"), "--num_gpus", "1", "--master_port", port,
-                "--module", "mathrl.cli", *argv]
+                "--module", module, *argv]
     return [*_console_script("torchrun", "torch.distributed.run"), "--nproc_per_node", "1", "--master_port", port,
-            "-m", "mathrl.cli", *argv]
+            "-m", module, *argv]
 
 
 def kill_tree(pid: int) -> None:
@@ -436,7 +437,8 @@ def step_zero3_deepspeed(ctx: Ctx) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     steps = 3
     cmd = launcher_cmd("deepspeed", ["train", *train_overrides(ctx, out, steps, 3, "model.gradient_checkpointing=true",
-                                                               "train.save_every=2", "train.keep_last=2")])
+                                                               "train.save_every=2", "train.keep_last=2")],
+                       module="mathrl.testing.faults")
     rc, s = launch(ctx, cmd, ctx.work / "logs" / "zero3-full.log", 600, {"MATHRL_FAULT": f"nan@loss@{NAN_STEP}"})
     res = train_result(out, rc, s, steps, ctx.work / "logs" / "zero3-full.log")
     m = res["metrics"]
@@ -467,15 +469,16 @@ def step_kill_resume(ctx: Ctx) -> dict:
     over = train_overrides(ctx, out, 3, 3, "model.gradient_checkpointing=true", "train.save_every=2",
                            "train.keep_last=2")
     fault = {"MATHRL_FAULT": f"nan@loss@{NAN_STEP}"}
-    rc1, s1 = launch(ctx, launcher_cmd("torchrun", ["train", *over]), ctx.work / "logs" / "zero3-killed.log", 600,
-                     fault, until=lambda: 2 in checkpoints(out))
+    faulty = "mathrl.testing.faults"  # mathrl's CLI with MATHRL_FAULT's faults installed
+    rc1, s1 = launch(ctx, launcher_cmd("torchrun", ["train", *over], module=faulty),
+                     ctx.work / "logs" / "zero3-killed.log", 600, fault, until=lambda: 2 in checkpoints(out))
     at_kill = sorted(checkpoints(out))
     res = {"kill_rc": rc1, "killed_after_s": round(s1, 1), "checkpoints_at_kill": at_kill}
     if rc1 != -9 or max(at_kill, default=0) != 2:
         res.update(ok=False, summary=f"the kill did not land between checkpoints 2 and 3 (exit {rc1}, checkpoints "
                                      f"{at_kill})", log_tail=tail(ctx.work / "logs" / "zero3-killed.log"))
         return res
-    rc2, s2 = launch(ctx, launcher_cmd("torchrun", ["train", *over, "--resume", "auto"]),
+    rc2, s2 = launch(ctx, launcher_cmd("torchrun", ["train", *over, "--resume", "auto"], module=faulty),
                      ctx.work / "logs" / "zero3-resumed.log", 600, fault)
     res.update(resume_rc=rc2, resume_s=round(s2, 1))
     if rc2 != 0 or 3 not in checkpoints(out):

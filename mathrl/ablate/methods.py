@@ -205,9 +205,7 @@ class RFTMethod(Method):
         t0 = time.perf_counter()
         sync_weights(trainer.rollout, models.policy)
         stats["time/sync"] = time.perf_counter() - t0
-        stats.update(sft)
-        if sft["bad_step"]:
-            stats["bad_reason"] = "the SFT loss or gradient norm is NaN/inf (optimizer step skipped)"
+        stats.update(sft)  # with bad_reason when the update was skipped for NaN/inf
         stats["lr"] = models.policy.get_lr()[0]
         if not self.online:
             for k in ("time/generate", "time/grade", "tokens"):

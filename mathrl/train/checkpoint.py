@@ -282,8 +282,6 @@ def save_checkpoint(cfg: Config, dist: DistInfo, models: Models, state: State, *
 def _save_checkpoint(cfg: Config, dist: DistInfo, models: Models, state: State, *, final: bool) -> Path | None:
     import torch.distributed as tdist
 
-    from mathrl.train.faults import fault
-
     tmp = ckpt_root(cfg.train.output_dir) / f".tmp-{step_dirname(state.step)}"
     error: list[BaseException] = []
 
@@ -322,7 +320,6 @@ def _save_checkpoint(cfg: Config, dist: DistInfo, models: Models, state: State, 
     if state.ahead is not None:  # sampled with weights this checkpoint no longer holds: keep the batch itself
         attempt(lambda: torch.save(state.ahead, tmp / ahead_file(dist.rank)))
     attempt(lambda: torch.save(rng_state(), tmp / rng_file(dist.rank)))
-    fault("ckpt_write", state.step)
 
     def write_main() -> None:
         if adapter_sd is not None:

@@ -93,10 +93,8 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
     (``rollout.staleness = 1``) gives the batch sampled during the previous step and samples the next
     one during this step's update (:mod:`mathrl.train.offpolicy`)."""
     from mathrl.rollout import colocate
-    from mathrl.train.faults import fault
 
     t_step = time.perf_counter()
-    fault("step_start", state.step + 1)
     a, t, r = cfg.algo, cfg.train, cfg.rollout
     G = r.n
     per_rank = t.batch_size // dist.world_size

@@ -80,8 +80,6 @@ class OffPolicySampler:
     def take(self, state) -> Sampled:
         """The graded batch of step ``state.step``, and the next step's generation started on the
         engine's current weights (version ``state.step``)."""
-        from mathrl.train.faults import fault
-
         step, G = state.step, self.cfg.rollout.n
         times: dict[str, float] = {}
         ahead, self.ahead = self.ahead, None
@@ -95,7 +93,6 @@ class OffPolicySampler:
             version = state.step
         else:
             req, batch, version = ahead.request, ahead.batch, ahead.version
-        fault("generate", step + 1)
         if step + 1 < self.cfg.train.steps:  # the next step's batch, sampled while this step trains
             nxt = self._request(step + 1)
             self.ahead = _Ahead(step=step + 1, version=state.step, request=nxt,

@@ -226,7 +226,6 @@ def sample_and_grade(cfg: Config, dist: DistInfo, tokenizer, rollout, problems: 
     and samples at the same step.
     """
     from mathrl.rollout import colocate
-    from mathrl.train.faults import fault
 
     # 1. the problems of this step (this rank's share) and their prompts
     req = make_request(cfg, dist, tokenizer, problems, step, indices=indices, seed=seed)
@@ -247,7 +246,6 @@ def sample_and_grade(cfg: Config, dist: DistInfo, tokenizer, rollout, problems: 
     if batch.meta.get("engine_s") is not None:  # the engine's own part of it (model forwards / vLLM's call)
         times["generate_engine"] = float(batch.meta["engine_s"])
     times.update(colocate.after_generate(rollout))
-    fault("generate", step + 1)
 
     # 3. grade (what the stream has not graded yet) and reward
     return grade_and_score(cfg, req, batch, times, stream=stream)

@@ -17,44 +17,25 @@ micro-batches does not change the gradient.
 In the RL gradient view of DeepSeekMath (eq. 5) this is the policy gradient with
 gradient coefficient 1 on correct responses and 0 on wrong ones.
 
-:func:`sft_loss` and :func:`rft_filter` are pure functions;
+:func:`sft_loss` (defined in :mod:`mathrl.algo.objectives`) and :func:`rft_filter` are pure functions;
 :func:`sft_train_step` runs them on the trainer's DeepSpeed engine with the
 trainer's token-budgeted micro-batches.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import torch
 from torch import Tensor
 
-from mathrl.algo.losses import agg_loss, global_normalizers
+from mathrl.algo.losses import global_normalizers
+from mathrl.algo.objectives import sft_loss
+from mathrl.train.engines import all_reduce
 from mathrl.train.forward import agreed_plan, make_micro_batch, plan_micro_batches, policy_forward
+from mathrl.train.update import MicroLoss, accumulate_and_step
 
 __all__ = ["sft_loss", "rft_filter", "sft_train_step"]
-
-
-def sft_loss(logp: Tensor, mask: Tensor, *, norm_tokens: float | Tensor | None = None,
-             agg: str = "token-mean", norm_seqs: float | Tensor | None = None,
-             norm_const: float | None = None) -> Tensor:
-    """Mean negative log-likelihood of the response tokens.
-
-    ``logp`` [N, T]: log pi(o_t | q, o_<t) of each response token (prompt tokens are not in it);
-    ``mask`` [N, T]: 1 on real response tokens, 0 on padding (and on rows that must not count).
-
-    With ``agg = "token-mean"`` (default)::
-
-        L = - sum_{i,t} m_{i,t} * logp_{i,t} / norm_tokens
-
-    where ``norm_tokens`` is the global count of valid tokens of the optimizer step (default: this
-    call's own ``sum(m)``, correct only for a single micro-batch). Other aggregation modes of
-    :func:`mathrl.algo.losses.agg_loss` are accepted (``seq-mean-token-mean`` weighs every response
-    equally, as in Yuan et al.'s per-example mean). Masked positions never contribute, even when
-    their logprob is ``-inf``.
-    """
-    return agg_loss(-logp, mask, agg, norm_tokens=norm_tokens, norm_seqs=norm_seqs, norm_const=norm_const)
 
 
 def rft_filter(group_index: Sequence[int], responses: Sequence[str], correct: Sequence[bool], *,
@@ -97,26 +78,22 @@ def rft_filter(group_index: Sequence[int], responses: Sequence[str], correct: Se
 
 
 def _all_reduce_sum(x: float) -> float:
-    from mathrl.train.engines import all_reduce
-
     return float(all_reduce(torch.tensor([float(x)], dtype=torch.float64))[0])
 
 
 def sft_train_step(engine, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, response_mask: Tensor,
                    rows: Sequence[int] | Tensor, *, token_budget: int, device: torch.device | str = "cpu",
-                   world_size: int = 1, agg: str = "token-mean") -> dict[str, float]:
+                   world_size: int = 1, agg: str = "token-mean") -> dict[str, float | str]:
     """One optimizer step of SFT on ``rows`` of a batch (left-padded prompts, right-padded responses).
 
     Micro-batches come from :func:`mathrl.train.forward.plan_micro_batches` (token budget), each is
     scored with :func:`mathrl.train.forward.policy_forward` (response tokens only) and its
-    :func:`sft_loss` carries the step's global token normaliser; gradients are accumulated over the
-    micro-batches and ``engine.step()`` runs once. DeepSpeed averages gradients over ranks, so each
-    loss is multiplied by ``world_size`` (the normaliser is already global).
+    :func:`sft_loss` carries the step's global token normaliser; the micro-batch loop, the world-size
+    scaling, the NaN/inf agreement and the optimizer step are the RL update's
+    (:func:`mathrl.train.update.accumulate_and_step`).
 
-    Every rank runs the same number of backwards (:func:`mathrl.train.forward.agreed_plan`; padding and
-    the micro-batches after a NaN run with weight 0), and a rank with no rows runs them with every
-    token masked (zero gradient), so that the collective gradient reduction of the other ranks does
-    not wait for it; when no rank has a row,
+    A rank with no rows runs the agreed number of backwards with every token masked (zero gradient), so
+    that the collective gradient reduction of the other ranks does not wait for it; when no rank has a row,
     no backward and no optimizer step happen (``stepped = 0``). A NaN/inf loss or gradient norm skips
     the step (``bad_step = 1``).
     """
@@ -131,36 +108,27 @@ def sft_train_step(engine, prompt_ids: Tensor, prompt_mask: Tensor, response_ids
         rows_t = torch.zeros(1, dtype=torch.long)
         mask = torch.zeros_like(mask)
     plan = plan_micro_batches(prompt_mask, mask, token_budget, rows_t)
-    from mathrl.train.engines import all_reduce
-
     norms = global_normalizers([mask[r] for r in plan], reduce=all_reduce)
-    engine.train()
-    total = 0.0
-    ok = True
-    # the same number of backwards on every rank (ZeRO-2/3 reduce inside each one): ranks with fewer
-    # micro-batches, or one that met a NaN, run zero-weight backwards (see forward.agreed_plan)
-    for r, real in agreed_plan(plan):
-        mb = make_micro_batch(prompt_ids, prompt_mask, response_ids, mask, r, device)
+    losses: list[Tensor] = []
+
+    def micro_loss(rows_mb: Tensor, real: bool, check: bool) -> MicroLoss:
+        mb = make_micro_batch(prompt_ids, prompt_mask, response_ids, mask, rows_mb, device)
         logp, _ = policy_forward(engine, mb, temperature=1.0)
         loss = sft_loss(logp, mb.response_mask, norm_tokens=norms.tokens, agg=agg, norm_seqs=norms.seqs)
-        if real and ok and not torch.isfinite(loss):
-            ok = False
-        if real and ok:
-            total += float(loss.detach())
-        engine.backward(loss * (world_size if real and ok else 0.0), scale_wrt_gas=False)
-    ok = _all_reduce_sum(0.0 if ok else 1.0) == 0.0
-    grad_norm = float("nan")
-    if ok:
-        engine.step()
-        gn = engine.get_global_grad_norm()
-        if gn is not None:
-            grad_norm = float(gn)
-            ok = math.isfinite(grad_norm)
-    else:
-        from mathrl.train.engines import discard_gradients
+        if real:
+            losses.append(loss.detach())
+        return MicroLoss(loss, {"SFT loss": loss})
 
-        discard_gradients(engine)  # also ZeRO's reduced-gradient buffers (see discard_gradients)
-    loss_global = _all_reduce_sum(total)  # the micro losses of all ranks sum to the step's mean NLL
-    return {"sft/loss": loss_global, "sft/tokens": float(norms.tokens), "sft/rows": global_rows,
-            "sft/micro_batches": float(len(plan)), "sft/grad_norm": grad_norm,
-            "stepped": 1.0 if ok else 0.0, "bad_step": 0.0 if ok else 1.0}
+    problem = accumulate_and_step(engine, agreed_plan(plan), micro_loss, world_size=world_size, what="SFT")
+    grad_norm = float("nan")
+    if problem is None:
+        gn = engine.get_global_grad_norm()
+        grad_norm = float(gn) if gn is not None else grad_norm
+    # the micro losses of all ranks sum to the step's mean NLL
+    loss_global = _all_reduce_sum(float(torch.stack(losses).sum()) if losses else 0.0)
+    out = {"sft/loss": loss_global, "sft/tokens": float(norms.tokens), "sft/rows": global_rows,
+           "sft/micro_batches": float(len(plan)), "sft/grad_norm": grad_norm,
+           "stepped": 1.0 if problem is None else 0.0, "bad_step": 0.0 if problem is None else 1.0}
+    if problem is not None:
+        out["bad_reason"] = problem
+    return out

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from mathrl.algo import kl as kl_mod
 from mathrl.algo.correction import mismatch_stats, tis_weights
-from mathrl.algo.losses import POLICY_LOSSES, agg_loss, value_loss
+from mathrl.algo.losses import value_loss
+from mathrl.algo.objectives import policy_objective
 from mathrl.config import Config
 from mathrl.train.engines import all_ranks_ok, device, discard_gradients
 from mathrl.train.forward import layout_choice, make_micro_batch, policy_forward, to_device, value_forward
@@ -82,9 +83,6 @@ def host_stats(stats_acc: dict[str, list]) -> dict[str, list[float]]:
 
 def skip_or_step(engine, guard: GradGuard | None, problem: str | None, what: str, step: int) -> str | None:
     """The optimizer step of one mini-batch, unless some rank saw NaN/inf in it; returns what was bad."""
-    from mathrl.train.faults import fault
-
-    fault("optimizer", step)
     if problem is None and guard is not None and guard.bad is not None:
         problem = f"{what} gradient of {guard.bad} is NaN/inf"
     if guard is not None:
@@ -99,33 +97,74 @@ def skip_or_step(engine, guard: GradGuard | None, problem: str | None, what: str
     return problem or f"{what}: NaN/inf on another rank"
 
 
+def accumulate_and_step(engine, plan, micro_loss: Callable[[torch.Tensor, bool, bool], MicroLoss], *,
+                        world_size: int, what: str, step: int = 0, guard: GradGuard | None = None) -> str | None:
+    """The one micro-batch loop of every update (policy, critic, SFT): a backward per entry of ``plan``, then
+    one optimizer step unless some rank saw NaN/inf. Returns what was bad (None: the step was taken).
+
+    ``plan`` is this rank's :func:`~mathrl.train.forward.agreed_plan`: ``(rows, real)`` pairs, the same count
+    on every rank (ZeRO-2/3 communicate inside each backward). ``micro_loss(rows, real, check)`` runs the
+    forward of ``rows`` and returns a :class:`MicroLoss` whose loss already carries the mini-batch's *global*
+    normaliser (all micro-batches, all ranks); ``check`` (a real micro-batch while no problem was seen yet)
+    asks for its ``guarded`` tensors to be checked for NaN/inf here (one host sync), and it records its
+    statistics when ``real``. DeepSpeed averages gradients over ranks, so this loop, and only this loop,
+    multiplies each loss by ``world_size``; padding entries, and every micro-batch after a NaN, backpropagate
+    with weight 0 (exact zeros), so the other ranks are not left waiting in a collective."""
+    engine.train()
+    problem = None
+    n_real = sum(real for _, real in plan)
+    for i, (rows, real) in enumerate(plan):
+        check = real and problem is None
+        ml = micro_loss(rows, real, check)
+        loss = ml.loss
+        if check:
+            problem = _non_finite(ml.guarded, f"micro-batch {i + 1} of {n_real}")
+        weight = float(world_size) if real and problem is None else 0.0
+        engine.backward(loss * weight, scale_wrt_gas=False)
+    return skip_or_step(engine, guard, problem, what, step)
+
+
+@dataclass
+class MicroLoss:
+    """One micro-batch's loss (to backpropagate) and the tensors that must be finite, by name, the loss
+    itself last (a scalar is reported with its value, e.g. ``policy loss is nan``; others as
+    ``... are NaN/inf``)."""
+
+    loss: torch.Tensor
+    guarded: dict[str, torch.Tensor]
+
+
+def _non_finite(guarded: dict[str, torch.Tensor], where: str) -> str | None:
+    """Which guarded tensor holds NaN/inf (None: all finite; one host sync when they are)."""
+    ok = torch.stack([torch.isfinite(t.detach()).all() for t in guarded.values()]).all()
+    if bool(ok):
+        return None
+    for name, t in guarded.items():
+        if not finite(t.detach()):
+            return f"{name} is {float(t.detach())} ({where})" if t.numel() == 1 else f"{name} are NaN/inf ({where})"
+    return None
+
+
 def update_policy(cfg: Config, dist, models, tb: TrainBatch, plan, norms, stats_acc: dict[str, list[float]],
                   step: int = 0, first_pass: bool = True) -> str | None:
-    """Backward over the micro-batches of one mini-batch, then one optimizer step.
-
-    ``plan`` is this rank's :func:`agreed_plan`: ``(rows, real)`` pairs, the same count on every rank;
-    padding entries (``real=False``) run forward and backward with weight 0, so every rank takes part
-    in each of ZeRO's per-backward collectives and the gradient is unchanged.
+    """The policy's update of one mini-batch (:func:`accumulate_and_step` over ``plan``): the configured policy
+    loss with the KL to the reference (``kl_in = loss``), the entropy bonus and the truncated importance
+    weights (``algo.tis_cap``), every term with the mini-batch's global normalisers ``norms``.
 
     NaN/inf in the logprobs, the loss or any gradient skips the step (gradients discarded, no
-    optimizer or scheduler step); returns where it was seen. The remaining micro-batches still run
-    (with weight 0) so that the other ranks are not left waiting in a collective.
+    optimizer or scheduler step); returns where it was seen.
 
     On the ``first_pass`` over the batch (the first epoch, whose mini-batches visit every row once) the
     sampler-vs-trainer mismatch statistics are recorded (``mismatch/*``); with ``algo.tis_cap`` each
     token's loss is weighted by the truncated importance ratio pi_old / pi_sampler."""
-    from mathrl.train.faults import fault
-
     a, r = cfg.algo, cfg.rollout
-    loss_fn = POLICY_LOSSES[a.policy_loss]
     engine = models.policy
-    engine.train()
-    problem = None
     gs = group_share(cfg)
     pack = packed(cfg, engine)
     n_real = sum(real for _, real in plan)
     batch, old_logp, ref_logp = tb.batch, tb.old_logp, tb.ref_logp
-    for i, (rows, real) in enumerate(plan):
+
+    def micro_loss(rows: torch.Tensor, real: bool, check: bool) -> MicroLoss:
         mb = make_micro_batch(batch.prompt_ids, batch.prompt_mask, batch.response_ids, tb.mask, rows, device(), gs,
                               pack)
         # entropy comes from the same fused pass as the logprobs; it enters the loss only with a bonus
@@ -145,17 +184,13 @@ def update_policy(cfg: Config, dist, models, tb: TrainBatch, plan, norms, stats_
         if real and first_pass:
             for k, v in mismatch_stats(old, sampler, mb.response_mask).items():
                 _acc(stats_acc, k, v)
-        agg = dict(agg=a.loss_agg, norm_tokens=norms.tokens, norm_seqs=norms.seqs, norm_const=tb.norm_const)
-        pg_loss, st = loss_fn(logp, old, adv, m, clip_low=a.clip_low, clip_high=a.clip_high,
-                              dual_clip=a.dual_clip, weights=weights, **agg)
-        loss = pg_loss
-        kl_loss = None
-        if ref_logp is not None and cfg.kl_in == "loss":
-            kl_tok = kl_mod.estimate(logp, to_device(ref_logp[rows, : mb.T], logp.device), cfg.kl_estimator)
-            kl_loss = agg_loss(kl_tok, m, **agg)
-            loss = loss + a.kl_coef * kl_loss
-        if a.entropy_coef > 0:
-            loss = loss - a.entropy_coef * agg_loss(ent, m, **agg)
+        ref = to_device(ref_logp[rows, : mb.T], logp.device) if ref_logp is not None and cfg.kl_in == "loss" else None
+        obj = policy_objective(logp, old, adv, m, loss=a.policy_loss, clip_low=a.clip_low, clip_high=a.clip_high,
+                               dual_clip=a.dual_clip, weights=weights, ref_logp=ref, kl_coef=a.kl_coef,
+                               kl_estimator=cfg.kl_estimator, entropy=ent, entropy_coef=a.entropy_coef,
+                               agg=a.loss_agg, norm_tokens=norms.tokens, norm_seqs=norms.seqs,
+                               norm_const=tb.norm_const)
+        loss, pg_loss, kl_loss, st = obj
         if real:
             if kl_loss is not None:
                 _acc(stats_acc, "loss/kl", kl_loss.detach() * n_real)  # micro losses sum to the mini-batch's
@@ -163,19 +198,10 @@ def update_policy(cfg: Config, dist, models, tb: TrainBatch, plan, norms, stats_
                 _acc(stats_acc, f"policy/{k}", v)
             _acc(stats_acc, "policy/entropy", (ent.detach() * m).sum() / m.sum().clamp(min=1))
             _acc(stats_acc, "loss/policy", pg_loss.detach() * n_real)
-            if i == n_real - 1 and fault("loss", step):  # after the other micro-batches' backward
-                loss = loss * float("nan")
-            where = f"micro-batch {i + 1} of {n_real}"
-            # one host sync for both checks; which one failed is looked up only when one did
-            if problem is None and not bool(torch.isfinite(logp).all() & torch.isfinite(loss.detach()).all()):
-                if not finite(logp):
-                    problem = f"policy logprobs are NaN/inf ({where})"
-                else:
-                    problem = f"policy loss is {float(loss.detach())} ({where})"
-        # DeepSpeed averages gradients over ranks; the loss already carries the global normaliser.
-        weight = float(dist.world_size) if real and problem is None else 0.0
-        engine.backward(loss * weight, scale_wrt_gas=False)
-    problem = skip_or_step(engine, models.policy_guard, problem, "policy", step)
+        return MicroLoss(loss, {"policy logprobs": logp, "policy loss": loss})
+
+    problem = accumulate_and_step(engine, plan, micro_loss, world_size=dist.world_size, what="policy", step=step,
+                                  guard=models.policy_guard)
     gn = engine.get_global_grad_norm() if problem is None else None
     if gn is not None:
         _acc(stats_acc, "policy/grad_norm", float(gn))
@@ -184,13 +210,13 @@ def update_policy(cfg: Config, dist, models, tb: TrainBatch, plan, norms, stats_
 
 def update_critic(cfg: Config, dist, models, tb: TrainBatch, plan, norms, stats_acc: dict[str, list[float]],
                   step: int = 0) -> str | None:
-    """The critic's counterpart of :func:`update_policy` (same plan, padding and NaN handling)."""
+    """The critic's counterpart of :func:`update_policy` (:func:`accumulate_and_step` over the same plan): the
+    clipped value loss, weighted by ``algo.vf_coef``."""
     a = cfg.algo
     engine = models.critic
-    engine.train()
-    problem = None
     n_real = sum(real for _, real in plan)
-    for i, (rows, real) in enumerate(plan):
+
+    def micro_loss(rows: torch.Tensor, real: bool, check: bool) -> MicroLoss:
         mb = make_micro_batch(tb.batch.prompt_ids, tb.batch.prompt_mask, tb.batch.response_ids, tb.mask, rows,
                               device(), group_share(cfg), packed(cfg, engine))
         v = value_forward(engine, mb)
@@ -203,11 +229,10 @@ def update_critic(cfg: Config, dist, models, tb: TrainBatch, plan, norms, stats_
             for k, val in st.items():
                 _acc(stats_acc, f"critic/{k}", val)
             _acc(stats_acc, "loss/value", loss.detach() * n_real)
-            if problem is None and not finite(loss):
-                problem = f"value loss is {float(loss.detach())} (micro-batch {i + 1} of {n_real})"
-        weight = float(dist.world_size) if real and problem is None else 0.0
-        engine.backward(a.vf_coef * loss * weight, scale_wrt_gas=False)
-    return skip_or_step(engine, models.critic_guard, problem, "critic", step)
+        return MicroLoss(a.vf_coef * loss, {"value loss": loss})
+
+    return accumulate_and_step(engine, plan, micro_loss, world_size=dist.world_size, what="critic", step=step,
+                               guard=models.critic_guard)
 
 
 def step_metrics(cfg: Config, sampled, tb: TrainBatch, stats_acc: dict[str, list[float]]) -> dict[str, float]:

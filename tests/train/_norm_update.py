@@ -19,6 +19,7 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 import torch  # noqa: E402
 
 import mathrl.train.models as tm  # noqa: E402
+import mathrl.algo.objectives as objectives  # noqa: E402
 import mathrl.train.update as tu  # noqa: E402
 from mathrl.algo.losses import POLICY_LOSSES  # noqa: E402
 from mathrl.algo.losses import global_normalizers  # noqa: E402
@@ -62,7 +63,7 @@ def make_batch():
 def per_micro_mutation(n_micro: int, world: int):
     """The classic (wrong) normaliser: each micro-batch's own token/sequence count, averaged over the
     micro-batches of this rank and (by DeepSpeed) over ranks."""
-    real = POLICY_LOSSES["ppo"], tu.agg_loss
+    real = POLICY_LOSSES["ppo"], objectives.agg_loss
 
     def fix(kw, m):
         kw = dict(kw)
@@ -88,7 +89,7 @@ def main() -> None:
     rows = (groups[:, None] * G + torch.arange(G)[None, :]).flatten()
     budgets = BUDGETS_WS1 if dist.world_size == 1 else {"ws2": BUDGET_WS2}
     results, plans = {}, {}
-    originals = POLICY_LOSSES["ppo"], tu.agg_loss
+    originals = POLICY_LOSSES["ppo"], objectives.agg_loss
     for stage in STAGES:
         for agg in AGGS:
             for label, budget in budgets.items():
@@ -107,12 +108,12 @@ def main() -> None:
                     plan = plan_micro_batches(batch.prompt_mask, mask, budget, rows, group_size=tu.group_share(cfg))
                     norms = global_normalizers([mask[r] for r in plan], reduce=global_sum)
                     if mode == "per_micro":
-                        POLICY_LOSSES["ppo"], tu.agg_loss = per_micro_mutation(len(plan), dist.world_size)
+                        POLICY_LOSSES["ppo"], objectives.agg_loss = per_micro_mutation(len(plan), dist.world_size)
                     try:
                         tb = tu.TrainBatch(batch=batch, mask=mask, advantages=adv, ref_logp=ref_logp, norm_const=16.0)
                         problem = tu.update_policy(cfg, dist, models, tb, agreed_plan(plan, G), norms, {})
                     finally:
-                        POLICY_LOSSES["ppo"], tu.agg_loss = originals
+                        POLICY_LOSSES["ppo"], objectives.agg_loss = originals
                     assert problem is None, problem
                     after = tm.full_state_dict(models.policy)
                     key = (stage, agg, label, mode)

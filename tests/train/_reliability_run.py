@@ -3,7 +3,7 @@
 Usage: python _reliability_run.py TASK MODEL_DIR OUT [key=value ...]
 TASK: ``digit`` (custom problems and reward: deterministic and fast) or ``verifier`` (the demo
 recipe's synthetic problems; each response, wrapped in \boxed{}, is graded by the real verifier
-worker pool -- the tiny random model's text never takes the verifier's in-process fast path). Faults come from MATHRL_FAULT.
+worker pool -- the tiny random model's text never takes the verifier's in-process fast path). Faults come from MATHRL_FAULT (:func:`mathrl.testing.faults.install`).
 Exit status: 0 done, 3 TrainingError (message on stderr), 4 CheckpointError.
 """
 
@@ -17,6 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 
 from mathrl.config import load_config  # noqa: E402
+from mathrl.testing import faults  # noqa: E402
 from mathrl.train import checkpoint as ckpt  # noqa: E402
 from mathrl.train.checkpoint import TrainingError  # noqa: E402
 from mathrl.train.loop import run  # noqa: E402
@@ -24,6 +25,7 @@ from mathrl.train.loop import run  # noqa: E402
 
 def main() -> int:
     task, model_dir, out, *extra = sys.argv[1:]
+    faults.install()  # MATHRL_FAULT's faults, wrapped around the product's functions
     torch.set_num_threads(1)
     common = [f"model.name={model_dir}", "rollout.backend=hf", f"train.output_dir={out}", "logging.tensorboard=false",
               "logging.console=plain", "train.resume=auto"]

@@ -1,9 +1,11 @@
-"""Worker for tests/train/test_uneven_ranks.py: one RL step of the product's own ``train_step`` on the real
+"""Worker for tests/train/test_uneven_ranks.py: one step of the product's own
+:class:`~mathrl.train.trainer.Trainer` with the RL step (:class:`~mathrl.train.loop.RLMethod`) on the real
 SmolLM2-135M-Instruct, under ZeRO-2 or ZeRO-3, where the ranks get different numbers of micro-batches.
 
-``train_step`` runs whole: the step's problems drawn from the stream (this rank's share), sampling through
-a rollout engine, grading with the real verifier, old/reference forwards, advantages, the global
-normalisers, the agreed micro-batch count and the update. Nothing of it is re-implemented here.
+The trainer sets up (run folder, models, memory fit, first weight sync) and runs its step whole: the step's
+problems drawn from the stream (this rank's share), sampling through a rollout engine, grading with the real
+verifier, old/reference forwards, advantages, the global normalisers, the agreed micro-batch count, the
+world-size scaling and the update. Nothing of it is re-implemented here.
 
 For the one-process run and the two-rank run to see the same responses, the responses are sampled once,
 before the step, by the real hf engine (temperature 1, up to 64 tokens) and the step's engine replays them:
@@ -15,7 +17,8 @@ cost least, and ``train.micro_batch_tokens`` is the smallest budget at which the
 rank 0 more micro-batches than rank 1. Rank 0 saves the parameter change and each rank's counts.
 
 One ZeRO stage per process (two SmolLM2 engines plus their reference models in one process would
-need ~10 GB). Usage: torchrun --nproc_per_node {1,2} _uneven_update.py MODEL_DIR OUT.pt STAGE
+need ~10 GB). The trainer's rollout engine is the replay (``mathrl.train.trainer.make_rollout`` replaced in
+this process). Usage: torchrun --nproc_per_node {1,2} _uneven_update.py MODEL_DIR OUT.pt STAGE
 """
 
 import os
@@ -27,15 +30,15 @@ import torch  # noqa: E402
 import torch.distributed as tdist  # noqa: E402
 
 import mathrl.train.models as tm  # noqa: E402
+import mathrl.train.trainer as trainer_mod  # noqa: E402
 from mathrl.config import load_config  # noqa: E402
 from mathrl.data import load_problems, render_prompt  # noqa: E402
 from mathrl.models import load_tokenizer  # noqa: E402
 from mathrl.rollout import RolloutEngine, SamplingConfig, make_engine  # noqa: E402
 from mathrl.rollout.batch import select_groups  # noqa: E402
-from mathrl.train.checkpoint import State  # noqa: E402
 from mathrl.train.engines import init_distributed  # noqa: E402
 from mathrl.train.forward import plan_micro_batches  # noqa: E402
-from mathrl.train.loop import train_step  # noqa: E402
+from mathrl.train.loop import RLMethod  # noqa: E402
 
 G, B, CANDIDATES, MAX_TOKENS = 2, 4, 8, 64
 
@@ -107,14 +110,20 @@ def main() -> None:
     mine = shares[0] + shares[1] if dist.world_size == 1 else shares[dist.rank]
     counts = [cost(mine, budget)]
 
-    cfg = load_config(None, overrides + [f"train.micro_batch_tokens={budget}"])
-    models = tm.build_models(cfg, dist, total_steps=1)
+    run_dir = os.path.join(os.path.dirname(os.path.abspath(out)), f"run_{os.path.basename(out)}")
+    cfg = load_config(None, overrides + [f"train.micro_batch_tokens={budget}", f"train.output_dir={run_dir}",
+                                         "train.steps=1", "train.save_every_minutes=0", "logging.tensorboard=false",
+                                         "logging.console=plain"])
+    trainer_mod.make_rollout = lambda cfg, models: ReplayEngine(real, texts, recorded)
+    trainer = trainer_mod.Trainer(cfg, RLMethod(), problems=problems)
+    trainer.setup()
+    assert cfg.train.micro_batch_tokens == budget, "the memory fit changed the budget: the counts would differ"
+    models = trainer.models
     for group in models.policy.optimizer.param_groups:
         group["eps"] = 1.0  # Adam's step ~ lr * g: the change compares gradients, not their signs
     before = tm.full_state_dict(models.policy)
     before = {k: v.clone() for k, v in before.items()} if dist.is_main else None
-    rollout = ReplayEngine(real, texts, recorded)
-    metrics = train_step(cfg, dist, models, rollout, problems, State())
+    metrics = trainer.step()
     assert metrics.get("bad_step", 0) == 0, metrics
     after = tm.full_state_dict(models.policy)
     deltas = {k: after[k].float() - before[k].float() for k in before} if dist.is_main else None
@@ -124,7 +133,7 @@ def main() -> None:
         lengths = [int(mask[rows_of([g])].sum(1)[j]) for g in shares[0] + shares[1] for j in range(G)]
         torch.save({"deltas": {stage: deltas}, "micro_batches": gathered, "lengths": lengths,
                     "budget": budget, "metrics": metrics}, out)
-    rollout.close()
+    trainer.close()
 
 
 if __name__ == "__main__":

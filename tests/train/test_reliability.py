@@ -23,8 +23,8 @@ from safetensors.torch import load_file
 
 from mathrl.config import load_config
 from mathrl.procs import proc_state, without_dist_env
+from mathrl.testing import faults
 from mathrl.train import checkpoint as ckpt
-from mathrl.train import faults
 from mathrl.train import run
 from mathrl.train.checkpoint import TrainingError
 from mathrl.train.models import GradGuard
@@ -59,11 +59,11 @@ def _digit_cfg(model_dir, out, *extra):
 
 @pytest.fixture
 def fault_env(monkeypatch):
+    """``fault_env(spec)``: this process's run meets the faults of ``spec`` (mathrl.testing.faults); undone
+    after the test."""
     def set_faults(spec: str) -> None:
-        monkeypatch.setenv(faults.ENV, spec)
-        faults._PLAN = None
-    yield set_faults
-    faults._PLAN = None
+        faults.install(spec, setattr=monkeypatch.setattr)
+    return set_faults
 
 
 def _spawn(task: str, model_dir, out, *extra, fault: str = "", tag: str = "", **kw) -> subprocess.Popen:
