@@ -31,17 +31,6 @@ def settings_from_config(cfg, top_k: int | None = None):
     return EvalSettings.from_config(cfg, top_k=top_k)
 
 
-def eval_dtype_name(cfg) -> str:
-    if cfg.model.dtype != "auto":
-        return cfg.model.dtype
-    try:
-        import torch
-
-        return "bfloat16" if torch.cuda.is_available() else "float32"
-    except Exception:  # pragma: no cover
-        return "float32"
-
-
 _SAID: set[str] = set()  # console notes already shown by this process
 
 
@@ -52,26 +41,26 @@ def make_eval_engine(cfg, model_spec: str, *, log=_log):
     when CUDA is available, else the CPU). ``backend: auto`` without a usable vLLM says once, on the
     console, that it fell back to hf and how to install vLLM or choose the backend."""
     from mathrl.models import resolve_model_path
-    from mathrl.rollout import make_engine, resolve_backend
+    from mathrl.rollout.options import EngineOptions
+    from mathrl.train.engines import device
 
     path = resolve_model_path(model_spec, cfg.model.cache_dir)
     try:
-        backend, why = resolve_backend(cfg.rollout.backend, cfg.rollout.vllm_python)
+        opts = EngineOptions.from_config(cfg, purpose="eval", device=device())
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    kwargs = {}
-    if backend == "hf":
-        from mathrl.train.engines import device
-
-        kwargs["device"] = device()
-        if cfg.rollout.backend == "auto" and "auto-hf" not in _SAID:
-            _SAID.add("auto-hf")
-            log(f"rollout.backend=auto: evaluating with the hf (transformers) engine on {kwargs['device']}, "
-                f"since {why}; vLLM is much faster: install it (on a GPU `pip install -e '.[gpu]'`, on a CPU "
-                "`make vllm-env` or rollout.vllm_python=PATH), or set rollout.backend=hf to choose hf")
+    if opts.backend == "hf" and cfg.rollout.backend == "auto" and "auto-hf" not in _SAID:
+        _SAID.add("auto-hf")
+        log(f"rollout.backend=auto: evaluating with the hf (transformers) engine on {opts.options['device']}, "
+            f"since {opts.why}; vLLM is much faster: install it (on a GPU `pip install -e '.[gpu]'`, on a CPU "
+            "`make vllm-env` or rollout.vllm_python=PATH), or set rollout.backend=hf to choose hf")
+    if opts.backend == "vllm" and cfg.rollout.tensor_parallel_size > 1 and "eval-tp" not in _SAID:
+        _SAID.add("eval-tp")
+        log(f"rollout.tensor_parallel_size={cfg.rollout.tensor_parallel_size} applies to training (the trainer's "
+            "ranks form the tensor-parallel groups); `mathrl eval` runs one vLLM engine per process with "
+            "tensor_parallel_size 1")
     try:
-        return make_engine(backend, path, vllm_python=cfg.rollout.vllm_python, dtype=eval_dtype_name(cfg),
-                           seed=cfg.train.seed, **kwargs)
+        return opts.build(path)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 

@@ -203,31 +203,12 @@ def make_rollout(cfg: Config, models: Models):
     """The rollout engine. The hf backend shares the trainer's module when rollout is synchronous (no
     second copy of the weights, nothing to sync; under ZeRO-3 its parameters are gathered for each
     generation phase: :func:`generation_weights`); vLLM gets weights pushed."""
-    from mathrl.rollout import make_engine, resolve_backend
+    from mathrl.rollout.options import EngineOptions
 
-    backend, _why = resolve_backend(cfg.rollout.backend, cfg.rollout.vllm_python)
-    kwargs: dict[str, Any] = {}
-    if backend == "hf":
-        # asynchronous rollout samples while the trainer updates: the engine needs its own copy then
-        if not cfg.rollout.staleness:
-            kwargs["model"] = models.policy.module
-        kwargs["device"] = device()
-    else:
-        from mathrl.rollout.vllm import dist_from_env
-
-        r = cfg.rollout
-        kwargs.update(vllm_python=r.vllm_python, gpu_memory_utilization=r.gpu_memory_utilization,
-                      cpu_kv_cache_gb=r.kv_cache_gb, tensor_parallel_size=r.tensor_parallel_size,
-                      max_model_len=r.max_model_len, max_num_batched_tokens=r.max_num_batched_tokens,
-                      enable_sleep_mode=r.enable_sleep_mode,
-                      enforce_eager=r.enforce_eager, sleep_between_steps=r.sleep_between_steps,
-                      sleep_level=r.sleep_level, dist=dist_from_env())
-    if cfg.rollout.dtype != "auto":
-        dtype = cfg.rollout.dtype
-    else:
-        dtype = "float32" if resolve_dtype(cfg.model.dtype) == torch.float32 else "bfloat16"
-    seed = cfg.train.seed if cfg.rollout.seed is None else cfg.rollout.seed
-    engine = make_engine(backend, models.model_path, tokenizer=models.tokenizer, seed=seed, dtype=dtype, **kwargs)
+    opts = EngineOptions.from_config(cfg, purpose="train", device=device())
+    # asynchronous rollout samples while the trainer updates: the hf engine needs its own copy then
+    shared = models.policy.module if opts.backend == "hf" and not cfg.rollout.staleness else None
+    engine = opts.build(models.model_path, tokenizer=models.tokenizer, model=shared)
     # rollout.sleep_level=2: a generation after a sleep with no sync since gets the trainer's weights pushed again
     from mathrl.rollout.colocate import reload_weights_with
 

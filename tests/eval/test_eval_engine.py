@@ -63,3 +63,30 @@ def test_auto_without_vllm_says_so_once(tiny_dir, tmp_path, monkeypatch):
     ev.make_eval_engine(_cfg(), str(tiny_dir), log=said.append).close()
     assert len(said) == 1
 
+
+
+def test_eval_and_training_build_the_engine_from_the_same_rollout_settings(tiny_dir, monkeypatch):
+    """Issue 39, point 5: `mathrl eval` reads rollout.kv_cache_gb, max_model_len, max_num_batched_tokens,
+    enforce_eager, dtype and seed as the trainer does (it used to pass only the backend and the model's
+    dtype). The engine constructor is recorded instead of starting vLLM."""
+    import mathrl.rollout.options as options
+
+    built: list[dict] = []
+    monkeypatch.setattr(options, "make_engine", lambda backend, path, **kw: built.append(dict(kw, backend=backend)))
+    cfg = _cfg("rollout.backend=vllm", "rollout.kv_cache_gb=3.5", "rollout.max_model_len=1536",
+               "rollout.max_num_batched_tokens=4096", "rollout.enforce_eager=true", "rollout.dtype=bfloat16",
+               "rollout.seed=17", "train.seed=3")
+    ev.make_eval_engine(cfg, str(tiny_dir), log=lambda m: None)
+    got = built[-1]
+    assert got["backend"] == "vllm" and got["dtype"] == "bfloat16" and got["seed"] == 17
+    assert (got["cpu_kv_cache_gb"], got["max_model_len"], got["max_num_batched_tokens"], got["enforce_eager"]) == (
+        3.5, 1536, 4096, True)
+    assert "sleep_between_steps" not in got and "gpu_memory_utilization" not in got  # colocation: training only
+
+    train = options.EngineOptions.from_config(cfg, purpose="train")
+    evaluation = options.EngineOptions.from_config(cfg, purpose="eval")
+    assert (train.backend, train.dtype, train.seed) == (evaluation.backend, evaluation.dtype, evaluation.seed)
+    assert {k: train.options[k] for k in evaluation.options} == evaluation.options
+    # without rollout.dtype and rollout.seed: the model's dtype (auto: float32 on a CPU) and train.seed
+    plain = options.EngineOptions.from_config(_cfg("rollout.backend=vllm", "train.seed=3"), purpose="eval")
+    assert (plain.dtype, plain.seed) == ("bfloat16" if torch.cuda.is_available() else "float32", 3)
