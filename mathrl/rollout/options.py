@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mathrl.rollout.base import RolloutEngine
-from mathrl.rollout.factory import make_engine, resolve_backend
 
 __all__ = ["EngineOptions", "engine_dtype"]
 
@@ -49,6 +48,8 @@ class EngineOptions:
         """``purpose = "train"``: the engine colocated with the trainer; ``"eval"``: a standalone evaluation
         engine. ``device``: where the hf backend runs (the trainer's device). A bad ``rollout.backend``
         raises ``ValueError`` naming the allowed values."""
+        from mathrl.rollout import resolve_backend  # the package's (a test may stand in for it)
+
         r = cfg.rollout
         backend, why = resolve_backend(r.backend, r.vllm_python)
         options: dict[str, Any] = {}
@@ -71,6 +72,8 @@ class EngineOptions:
 
     def build(self, model_path: str, *, tokenizer=None, model=None) -> RolloutEngine:
         """The engine for ``model_path``; ``model`` (hf only): a loaded module to generate with (shared)."""
+        from mathrl.rollout import make_engine  # the package's (a test may stand in for it)
+
         kwargs = dict(self.options)
         if model is not None:
             kwargs["model"] = model

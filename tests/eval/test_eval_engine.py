@@ -69,10 +69,11 @@ def test_eval_and_training_build_the_engine_from_the_same_rollout_settings(tiny_
     """Issue 39, point 5: `mathrl eval` reads rollout.kv_cache_gb, max_model_len, max_num_batched_tokens,
     enforce_eager, dtype and seed as the trainer does (it used to pass only the backend and the model's
     dtype). The engine constructor is recorded instead of starting vLLM."""
+    import mathrl.rollout as rollout_pkg
     import mathrl.rollout.options as options
 
     built: list[dict] = []
-    monkeypatch.setattr(options, "make_engine", lambda backend, path, **kw: built.append(dict(kw, backend=backend)))
+    monkeypatch.setattr(rollout_pkg, "make_engine", lambda backend, path, **kw: built.append(dict(kw, backend=backend)))
     cfg = _cfg("rollout.backend=vllm", "rollout.kv_cache_gb=3.5", "rollout.max_model_len=1536",
                "rollout.max_num_batched_tokens=4096", "rollout.enforce_eager=true", "rollout.dtype=bfloat16",
                "rollout.seed=17", "train.seed=3")
