@@ -8,7 +8,7 @@ the model's vocabulary (a real ``tokenizers`` object; it only names token ids).
 
 1. *Matmul peak*: a large bf16 matmul, the achievable ceiling on this GPU (for reference).
 2. *GRPO update* with mathrl's own pieces: token-budgeted micro-batches with shared prompts
-   (``plan_micro_batches``/``make_micro_batch``/``policy_forward``), the clipped policy loss plus
+   (the layout's ``plan``/``micro_batch``/``policy_forward``, mathrl/train/layouts.py), the clipped policy loss plus
    the k3 KL to reference logprobs with the global token normaliser, backward, one optimizer step,
    under DeepSpeed ZeRO-2 (``mathrl.train.engines.build_engine``). Reports training tokens/s and
    model FLOPs utilisation (MFU = useful model FLOPs / time / peak; :func:`train_flops`).
@@ -237,9 +237,8 @@ def grpo_update_bench(args, shape: Shape, device, dtype, stage: int = 2) -> dict
 
     from mathrl.algo import kl as kl_mod
     from mathrl.algo.losses import agg_loss, global_normalizers, policy_loss
-    from mathrl.train.forward import batch_logprobs, make_micro_batch, plan_micro_batches, policy_forward
-
-    from mathrl.train.forward import layout_choice
+    from mathrl.train.rows import ForwardBatch
+    from mathrl.train.layouts import choose_layout
 
     B, G, P, R = args.prompts, args.G, args.prompt_len, args.resp_len
     if getattr(device, "type", str(device)) == "cuda":
@@ -271,20 +270,20 @@ def grpo_update_bench(args, shape: Shape, device, dtype, stage: int = 2) -> dict
         opt = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=fused)
         how = how or f"plain torch.optim.AdamW (fused={fused}), no DeepSpeed"
     module = engine.module if engine is not None else model
-    # the layout the trainer would run for this request and attention kernel (mathrl/train/forward.py)
-    packed = layout_choice(engine if engine is not None else module,
-                           {"padded": False, "packed": True, "one_call": "one_call", "varlen": "varlen"}[args.layout])
-    layout = {False: "padded", True: "packed"}.get(packed, packed)
+    # the layout the trainer would run for this request and attention kernel (mathrl/train/layouts.py),
+    # each group's prompt run once (train.share_prompt) where the layout shares it
+    lay = choose_layout(engine if engine is not None else module,
+                        {"padded": False, "packed": True, "one_call": "one_call", "varlen": "varlen"}[args.layout], G)
+    layout = {"shared-prompt": "padded", "packed-one-call": "one_call"}.get(lay.name, lay.name)
     shared = layout != "varlen"  # the padding-free layout runs each row's prompt
     prompts, pmask, resp, rmask, advs, lens = synthetic_batch(B, G, P, R, shape.vocab, args.seed)
-    gs = G  # mathrl's train.share_prompt: each group's prompt runs once
+    tokens = ForwardBatch(prompts, pmask, resp, rmask)
     t0 = time.perf_counter()
     module.eval()
-    ref_logp = batch_logprobs(module, prompts, pmask, resp, rmask, token_budget=args.micro_batch_tokens,
-                              temperature=1.0, device=device, group_size=gs, packed=packed)
+    ref_logp = lay.logprobs(module, tokens, token_budget=args.micro_batch_tokens, temperature=1.0, device=device)
     _sync(device)
     ref_s = time.perf_counter() - t0
-    plan = plan_micro_batches(pmask, rmask, args.micro_batch_tokens, group_size=gs, real=not shared)
+    plan = lay.plan(tokens, args.micro_batch_tokens)
     # the counts all-reduced on the engine's device (NCCL refuses the CPU masks' tensors)
     from mathrl.train.engines import global_sum
 
@@ -295,9 +294,9 @@ def grpo_update_bench(args, shape: Shape, device, dtype, stage: int = 2) -> dict
         _sync(device)
         t = time.perf_counter()
         for rows in plan:
-            mb = make_micro_batch(prompts, pmask, resp, rmask, rows, device, gs, packed)
-            logp, _ = policy_forward(engine if engine is not None else module, mb, temperature=1.0,
-                                     with_entropy=True)
+            mb = lay.micro_batch(tokens, rows, device)
+            logp, _ = lay.policy_forward(engine if engine is not None else module, mb, temperature=1.0,
+                                         with_entropy=True)
             m = mb.response_mask
             old = logp.detach()  # on-policy, one epoch: old = current (mathrl skips their recomputation)
             adv = advs[rows, : mb.T].to(logp.device)

@@ -3,7 +3,7 @@
 
 Each configuration runs in a fresh process: the embedded SmolLM2 (or --model) in float32 and train mode,
 one micro-batch of ``groups`` prompts x ``G`` responses through the trainer's own forward
-(:func:`mathrl.train.forward.policy_forward`, shared prompt, fused logprob/entropy), a backward, and the
+(the shared-prompt layout's ``policy_forward``, fused logprob/entropy), a backward, and the
 process's peak resident memory (``VmHWM``, reset with ``/proc/self/clear_refs`` after the model is loaded)
 minus the memory before the forward. The estimate is
 :func:`mathrl.train.memory.micro_batch_bytes`, which the trainer uses to size its micro-batches
@@ -42,7 +42,8 @@ def child(model: str, groups: int, G: int, P: int, T: int) -> dict:
     import torch
 
     from mathrl.models import load_causal_lm, resolve_model_path
-    from mathrl.train.forward import make_micro_batch, policy_forward
+    from mathrl.train.rows import ForwardBatch
+    from mathrl.train.layouts import Padded
     from mathrl.train.memory import builds_score_matrix, micro_batch_bytes
 
     torch.manual_seed(0)
@@ -53,12 +54,12 @@ def child(model: str, groups: int, G: int, P: int, T: int) -> dict:
     n = groups * G
     prompt = torch.randint(10, V - 1, (groups, P)).repeat_interleave(G, 0)
     resp = torch.randint(10, V - 1, (n, T))
-    mb = make_micro_batch(prompt, torch.ones_like(prompt), resp, torch.ones_like(resp), torch.arange(n),
-                          group_size=G)
+    layout = Padded(G)
+    mb = layout.micro_batch(ForwardBatch(prompt, torch.ones_like(prompt), resp, torch.ones_like(resp)), torch.arange(n))
     with open("/proc/self/clear_refs", "w") as fh:
         fh.write("5")  # peak RSS := current RSS
     before = _rss_kb("VmRSS")
-    logp, ent = policy_forward(lm, mb, temperature=1.0, with_entropy=True)
+    logp, ent = layout.policy_forward(lm, mb, temperature=1.0, with_entropy=True)
     (-(logp.sum()) - 0.0 * ent.sum()).backward()
     peak = _rss_kb("VmHWM")
     est = micro_batch_bytes(lm.config, groups=groups, rows=n, prompt_len=P, response_len=T,

@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from mathrl.algo.losses import policy_loss  # noqa: E402
-from mathrl.train.forward import make_micro_batch, plan_micro_batches, policy_forward  # noqa: E402
+from mathrl.train.rows import ForwardBatch  # noqa: E402
+from mathrl.train.layouts import Layout, Packed, Padded  # noqa: E402
 from mathrl.train.packing import PackedMicroBatch  # noqa: E402
 
 
@@ -59,15 +60,16 @@ def batch(tok, prompts: int, group: int, rlens: list[int], seed: int):
     return pids, pmask, rids, rmask, sum(plens) + sum(rlens)
 
 
-def update(model, tensors, group: int, budget: int, packed) -> tuple[float, int]:
+def update(model, tensors, group: int, budget: int, layout: Layout) -> tuple[float, int]:
     pids, pmask, rids, rmask = tensors
+    tokens = ForwardBatch(pids, pmask, rids, rmask)
     model.zero_grad(set_to_none=True)
     adv = torch.randn(rids.shape[0], 1).expand_as(rids)
     slots = 0
     t0 = time.perf_counter()
-    for rows in plan_micro_batches(pmask, rmask, budget, group_size=group):
-        mb = make_micro_batch(pids, pmask, rids, rmask, rows, "cpu", group, packed)
-        logp, ent = policy_forward(model, mb, temperature=1.0, with_entropy=True)
+    for rows in layout.plan(tokens, budget):
+        mb = layout.micro_batch(tokens, rows, "cpu")
+        logp, ent = layout.policy_forward(model, mb, temperature=1.0, with_entropy=True)
         m = mb.response_mask
         loss, _ = policy_loss(logp, logp.detach(), adv[rows, : mb.T], m, norm_tokens=float(rmask.sum()))
         loss.backward()
@@ -99,12 +101,12 @@ def main(argv=None) -> int:
         rl = lengths(kind, args.prompts * args.group, args.max_tokens, seed=1)
         pids, pmask, rids, rmask, real = batch(tok, args.prompts, args.group, rl, seed=2)
         tensors = (pids, pmask, rids, rmask)
-        layouts = {"padded": False, "packed": True}
+        layouts = {"padded": Padded(args.group), "packed": Packed(args.group)}
         times = {k: [] for k in layouts}
         slots = {}
         for rep in range(args.repeats + 1):
-            for name, packed in layouts.items():
-                dt, slots[name] = update(model, tensors, args.group, args.micro_batch_tokens, packed)
+            for name, layout in layouts.items():
+                dt, slots[name] = update(model, tensors, args.group, args.micro_batch_tokens, layout)
                 if rep:  # the first round is the warm-up
                     times[name].append(dt)
         med = {k: statistics.median(v) for k, v in times.items()}

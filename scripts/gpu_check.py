@@ -666,7 +666,8 @@ def step_memory(ctx: Ctx) -> dict:
     import torch
 
     from mathrl.models import load_causal_lm
-    from mathrl.train.forward import make_micro_batch, policy_forward
+    from mathrl.train.rows import ForwardBatch
+    from mathrl.train.layouts import Padded
     from mathrl.train.memory import micro_batch_bytes
 
     dtype = torch.bfloat16 if ctx.cuda else torch.float32
@@ -681,8 +682,9 @@ def step_memory(ctx: Ctx) -> dict:
         n = groups * G
         prompt = torch.randint(20, V - 1, (groups, P), generator=g).repeat_interleave(G, 0)
         resp = torch.randint(20, V - 1, (n, T), generator=g)
-        mb = make_micro_batch(prompt, torch.ones_like(prompt), resp, torch.ones_like(resp), torch.arange(n),
-                              ctx.device, group_size=G)
+        layout = Padded(G)  # the trainer's shared-prompt layout
+        mb = layout.micro_batch(ForwardBatch(prompt, torch.ones_like(prompt), resp, torch.ones_like(resp)),
+                                torch.arange(n), ctx.device)
         for p in lm.parameters():
             if p.grad is not None:
                 p.grad.zero_()
@@ -692,7 +694,7 @@ def step_memory(ctx: Ctx) -> dict:
             before = torch.cuda.memory_allocated()
         else:
             before = _clear_and_rss()
-        logp, ent = policy_forward(lm, mb, temperature=1.0, with_entropy=True)
+        logp, ent = layout.policy_forward(lm, mb, temperature=1.0, with_entropy=True)
         (-(logp.sum()) - 0.0 * ent.sum()).backward()
         if ctx.cuda:
             torch.cuda.synchronize()

@@ -185,6 +185,7 @@ class RFTMethod(Method):
 
     def step(self, trainer: Trainer) -> dict[str, Any]:
         from mathrl.train.engines import device
+        from mathrl.train.rows import ForwardBatch
         from mathrl.train.models import sync_weights
         from mathrl.train.sft import sft_train_step
 
@@ -197,8 +198,9 @@ class RFTMethod(Method):
             data, stats = self.pool[state.step]
             self.pool[state.step] = ({}, stats)  # free the tensors
         t0 = time.perf_counter()
-        sft = sft_train_step(models.policy, data["prompt_ids"], data["prompt_mask"], data["response_ids"],
-                             data["response_mask"], torch.arange(data["response_ids"].shape[0]),
+        tokens = ForwardBatch(data["prompt_ids"], data["prompt_mask"], data["response_ids"],
+                              data["response_mask"].bool())
+        sft = sft_train_step(models.policy, tokens, torch.arange(tokens.response_ids.shape[0]),
                              token_budget=cfg.train.micro_batch_tokens, device=device(), world_size=dist.world_size)
         stats = dict(stats)
         stats["time/train"] = time.perf_counter() - t0

@@ -126,7 +126,7 @@ def adapters_disabled(model: torch.nn.Module) -> Iterator[None]:
 class AdapterOffReference:
     """The reference model under LoRA: the policy module with its adapters switched off for the call.
 
-    Stands where a reference module goes (``batch_logprobs(ref, ...)``); ``module`` is the policy module
+    Stands where a reference module goes (``layout.logprobs(ref, ...)``); ``module`` is the policy module
     (its ``forward`` signature and config are the base model's)."""
 
     def __init__(self, module: torch.nn.Module):

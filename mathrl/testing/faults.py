@@ -113,9 +113,8 @@ def install(spec: str | None = None, *, setattr: Callable[[Any, str, Any], None]
                 seen[0] += real
                 if real and seen[0] == n_real and plan.fire("loss", k.get("step", 0)):
                     loss = out.loss * float("nan")
-                    guarded = dict(out.guarded)
-                    guarded[list(guarded)[-1]] = loss  # the loss is the last guarded entry
-                    return update.MicroLoss(loss, guarded)
+                    guarded = {**out.guarded, out.loss_key: loss}
+                    return update.MicroLoss(loss, guarded, out.loss_key)
                 return out
 
             return real_loop(engine, plan_, poisoned, **k)

@@ -1,4 +1,7 @@
-"""Forward passes over a RolloutBatch: token-budgeted micro-batches, logprobs, values.
+"""The token-budgeted micro-batch plan every layout
+shares (:func:`plan_micro_batches`, :func:`agreed_plan`), and the padded and shared-prompt layouts'
+micro-batches and forwards (:mod:`mathrl.train.layouts` chooses a layout per model; the packed and
+padding-free layouts are in :mod:`mathrl.train.packing` and :mod:`mathrl.train.varlen`).
 
 A batch row is ``[left-padded prompt | right-padded response]``. A micro-batch
 is a run of rows whose padded size ``rows x (max prompt + max response)`` fits
@@ -26,10 +29,8 @@ import torch
 from torch import Tensor
 
 from mathrl.algo.logprobs import logprobs_and_entropy_from_logits, logprobs_from_logits
-from mathrl.train.packing import (CacheCaller, PackedMicroBatch, make_packed_micro_batch, packed_policy_forward,
-                                  packed_value_forward, packing_supported, to_device)
-from mathrl.train.varlen import (VarlenMicroBatch, make_varlen_micro_batch, varlen_kernel, varlen_policy_forward,
-                                 varlen_value_forward)
+from mathrl.train.packing import CacheCaller, to_device
+from mathrl.train.rows import ForwardBatch
 
 
 @dataclass
@@ -37,7 +38,7 @@ class MicroBatch:
     """Rows ``rows`` of a batch, trimmed to ``P`` prompt and ``T`` response columns.
 
     With ``group_size > 1`` the rows are whole groups (``group_size`` consecutive rows share one
-    prompt) and the forward runs each prompt once."""
+    prompt) and the forward runs each prompt once (the shared-prompt layout)."""
 
     rows: Tensor            # LongTensor[n] indices into the full batch
     input_ids: Tensor       # [n, P + T]
@@ -109,51 +110,24 @@ def agreed_plan(plan: list[Tensor], group_size: int = 1) -> list[tuple[Tensor, b
     return [(rows, True) for rows in plan] + [(pad, False)] * (n - len(plan))
 
 
-def make_micro_batch(prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, response_mask: Tensor,
-                     rows: Tensor, device: torch.device | str = "cpu", group_size: int = 1,
-                     packed: bool | str = False) -> MicroBatch | PackedMicroBatch | VarlenMicroBatch:
-    """The micro-batch of ``rows``: padded (``[prompt | response]`` per row, trimmed), or with
-    ``packed`` and whole groups (``group_size > 1``) each group's responses packed into rows no wider
-    than the longest (:mod:`mathrl.train.packing`); ``packed="one_call"``: packed, prompt and bins in
-    one model call (what :func:`layout_choice` picks under ZeRO-3); ``packed="varlen"``: every row's
-    real tokens in one sequence, no mask (:mod:`mathrl.train.varlen`)."""
-    if packed == "varlen":
-        return make_varlen_micro_batch(prompt_ids, prompt_mask, response_ids, response_mask, rows, device)
-    if packed and group_size > 1:
-        return make_packed_micro_batch(prompt_ids, prompt_mask, response_ids, response_mask, rows, device, group_size,
-                                       one_call=packed == "one_call")
+def make_padded_micro_batch(tokens: ForwardBatch, rows: Tensor, device: torch.device | str = "cpu",
+                            group_size: int = 1) -> MicroBatch:
+    """The padded micro-batch of ``rows``: ``[prompt | response]`` per row, trimmed to the longest of each;
+    with ``group_size > 1`` whole groups whose forward runs each prompt once."""
     if rows.numel() % max(1, group_size):
         raise ValueError(f"micro-batch of {rows.numel()} rows is not made of whole groups of {group_size}")
-    pm, rm = prompt_mask[rows], response_mask[rows]
+    pm, rm = tokens.prompt_mask[rows], tokens.response_mask[rows]
     P = max(int(pm.sum(1).max()), 1)
     T = max(int(rm.sum(1).max()), 1)
-    pi = prompt_ids[rows][:, prompt_ids.shape[1] - P:]
+    pi = tokens.prompt_ids[rows][:, tokens.prompt_ids.shape[1] - P:]
     pm = pm[:, pm.shape[1] - P:]
-    ri, rm = response_ids[rows][:, :T], rm[:, :T]
+    ri, rm = tokens.response_ids[rows][:, :T], rm[:, :T]
     input_ids = to_device(torch.cat([pi, ri], 1), device)
-    attn = to_device(torch.cat([pm, rm], 1), device).long()
+    attn = to_device(torch.cat([pm.long(), rm.long()], 1), device)
     pos = (attn.cumsum(1) - 1).clamp(min=0)
     return MicroBatch(rows=rows, input_ids=input_ids, attention_mask=attn, position_ids=pos,
                       response_ids=to_device(ri, device), response_mask=to_device(rm, device).bool(), P=P, T=T,
                       group_size=max(1, group_size))
-
-
-def layout_choice(model, packing: bool | str) -> bool | str:
-    """The layout ``model``'s training forwards use for the request ``packing`` (``train.packing``, or
-    ``"varlen"`` for ``train.padding_free``):
-
-    * ``"varlen"`` (:mod:`mathrl.train.varlen`) when requested, or when packing is on and the model's
-      attention is a kernel that runs packed sequences without a mask (flash-attention, flex);
-    * ``True`` (:mod:`mathrl.train.packing`) when packing is on, the attention takes the 4D mask and
-      gradient checkpointing (which drops the prompt's cache) is off; under ZeRO-3 ``"one_call"``
-      (truthy): the packed layout in one model call per micro-batch, since each call gathers all
-      parameters;
-    * ``False`` (padded) otherwise."""
-    if packing == "varlen" or (packing and varlen_kernel(model)):
-        return "varlen"
-    if not (bool(packing) and packing_supported(model) and not _checkpointing(model)):
-        return False
-    return "one_call" if packing == "one_call" or is_zero3(model) else True
 
 
 def is_zero3(model) -> bool:
@@ -166,8 +140,9 @@ def _unwrap(model):
     return getattr(model, "module", model)
 
 
-def _checkpointing(model) -> bool:
-    """Gradient checkpointing drops the KV cache in training, so sharing falls back to the plain path."""
+def checkpointing(model) -> bool:
+    """Gradient checkpointing is on: it drops the KV cache in training, so the layouts that share a prompt's
+    cache (shared-prompt, packed) are not chosen for such a model."""
     m = _unwrap(model)
     on = getattr(m, "is_activation_checkpointing", None)  # transformers >= 5.x
     return bool(on if on is not None else getattr(m, "is_gradient_checkpointing", False))
@@ -176,7 +151,7 @@ def _checkpointing(model) -> bool:
 def response_logits(model, mb: MicroBatch) -> Tensor:
     """Logits ``[n, T, V]`` that score the response tokens (position ``P-1+t`` for token ``t``)."""
     g = mb.group_size
-    if g == 1 or _checkpointing(model):
+    if g == 1:
         out = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids,
                     use_cache=False, logits_to_keep=mb.T + 1)
         return out.logits[:, :-1]  # positions P-1 .. P+T-2 predict response tokens 0 .. T-1
@@ -184,14 +159,10 @@ def response_logits(model, mb: MicroBatch) -> Tensor:
     return torch.cat([first.logits[:, -1:].repeat_interleave(g, 0), rest.logits[:, :-1]], 1)
 
 
-def policy_forward(model, mb: MicroBatch, *, temperature: float = 1.0, with_entropy: bool = False
-                   ) -> tuple[Tensor, Tensor | None]:
+def padded_policy_forward(model, mb: MicroBatch, *, temperature: float = 1.0, with_entropy: bool = False
+                          ) -> tuple[Tensor, Tensor | None]:
     """Per-token logprobs ``[n, T]`` (0 at padding) of the response under ``softmax(logits / T)``,
     and optionally per-token entropies."""
-    if isinstance(mb, PackedMicroBatch):
-        return packed_policy_forward(model, mb, temperature=temperature, with_entropy=with_entropy)
-    if isinstance(mb, VarlenMicroBatch):
-        return varlen_policy_forward(model, mb, temperature=temperature, with_entropy=with_entropy)
     logits = response_logits(model, mb)
     if with_entropy:  # one fused pass: a single [n, T, V] gradient instead of two
         return logprobs_and_entropy_from_logits(logits, mb.response_ids, mb.response_mask, temperature=temperature)
@@ -213,18 +184,14 @@ def _shared_prompt_pass(model, mb: MicroBatch, kw: dict):
     return first, rest
 
 
-def value_forward(critic, mb: MicroBatch) -> Tensor:
+def padded_value_forward(critic, mb: MicroBatch) -> Tensor:
     """Values ``[n, T]`` of the states before each response token (0 at padding).
 
     With whole groups (``group_size > 1``) the backbone runs each prompt once, as in
     :func:`response_logits`; the value of the state before response token 0 comes from the prompt's
     last position."""
-    if isinstance(mb, PackedMicroBatch):
-        return packed_value_forward(critic, mb)
-    if isinstance(mb, VarlenMicroBatch):
-        return varlen_value_forward(critic, mb)
     g = mb.group_size
-    if g == 1 or _checkpointing(critic):
+    if g == 1:
         v = critic(mb.input_ids, mb.attention_mask, mb.position_ids)
         v = v[:, mb.P - 1: mb.P - 1 + mb.T]
     else:
@@ -235,38 +202,3 @@ def value_forward(critic, mb: MicroBatch) -> Tensor:
                             rest.last_hidden_state[:, :-1]], 1)
         v = m.value_head(hidden).squeeze(-1).float()
     return torch.where(mb.response_mask, v, torch.zeros_like(v))
-
-
-def scatter_rows(full: Tensor, mb: MicroBatch, values: Tensor) -> None:
-    """Write a micro-batch's ``[n, T']`` result into the full ``[N, T]`` tensor."""
-    full[mb.rows, : mb.T] = values.detach().to(full.device, full.dtype)
-
-
-@torch.no_grad()
-def batch_logprobs(model, prompt_ids, prompt_mask, response_ids, response_mask, *, token_budget: int,
-                   temperature: float, device, group_size: int = 1, packed: bool | str = False) -> Tensor:
-    """Logprobs ``[N, T]`` of every response token under ``model`` (no grad), micro-batched."""
-    full = torch.zeros(response_ids.shape, dtype=torch.float32)
-    pack = layout_choice(model, packed)
-    plan = plan_micro_batches(prompt_mask, response_mask, token_budget, group_size=group_size, real=pack == "varlen")
-    for rows, real in agreed_plan(plan, group_size):  # same forward count on every rank (ZeRO-3 gathers)
-        mb = make_micro_batch(prompt_ids, prompt_mask, response_ids, response_mask, rows, device, group_size, pack)
-        logp, _ = policy_forward(model, mb, temperature=temperature)
-        if real:
-            scatter_rows(full, mb, logp)
-    return full
-
-
-@torch.no_grad()
-def batch_values(critic, prompt_ids, prompt_mask, response_ids, response_mask, *, token_budget: int,
-                 device, group_size: int = 1, packed: bool | str = False) -> Tensor:
-    """Critic values ``[N, T]`` (no grad), micro-batched."""
-    full = torch.zeros(response_ids.shape, dtype=torch.float32)
-    pack = layout_choice(critic, packed)
-    plan = plan_micro_batches(prompt_mask, response_mask, token_budget, group_size=group_size, real=pack == "varlen")
-    for rows, real in agreed_plan(plan, group_size):
-        mb = make_micro_batch(prompt_ids, prompt_mask, response_ids, response_mask, rows, device, group_size, pack)
-        v = value_forward(critic, mb)
-        if real:
-            scatter_rows(full, mb, v)
-    return full

@@ -56,15 +56,14 @@ from mathrl.algo.losses import global_normalizers
 from mathrl.config import Config
 from mathrl.train.checkpoint import State
 from mathrl.train.engines import DistInfo, device, global_sum
-from mathrl.train.forward import agreed_plan, batch_logprobs, batch_values, plan_micro_batches
 from mathrl.train.offpolicy import OffPolicySampler
 from mathrl.train.preflight import inert_settings
 from mathrl.train.models import (Models, generation_weights, iterative_reference, optimizer_steps_per_rl_step,
                                  reset_reference, sync_weights)
 from mathrl.train.sampling import sample_records, sample_step, sampling_seed
 from mathrl.train.trainer import Method, Trainer
-from mathrl.train.update import (TrainBatch, group_share, layout_request, packed, sampling_temperature, step_metrics,
-                                 update_critic, update_policy)
+from mathrl.train.rows import ForwardBatch
+from mathrl.train.update import TrainBatch, sampling_temperature, step_metrics, update_critic, update_policy
 
 
 def compute_advantages(cfg: Config, scores: torch.Tensor, group_index: torch.Tensor, mask: torch.Tensor,
@@ -109,10 +108,9 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
     times = dict(s.times)
     batch = s.batch
     mask = batch.response_mask.bool()
-    pids, pmask, rids = batch.prompt_ids, batch.prompt_mask, batch.response_ids
-    gs = group_share(cfg)  # rows per shared prompt in the forwards (train.share_prompt)
-    fwd = dict(token_budget=t.micro_batch_tokens, device=device(), group_size=gs,
-               packed=layout_request(cfg))  # each model where it can (train.packing, train.padding_free)
+    tokens = ForwardBatch.of(batch, mask)
+    layouts = models.layouts  # each model's forward layout (train.share_prompt, packing, padding_free)
+    fwd = dict(token_budget=t.micro_batch_tokens, device=device())
     temperature = sampling_temperature(r)  # logprobs of the distribution that was sampled
 
     # 4. no-grad forwards. The old logprobs equal the current ones (and are not computed) when the
@@ -124,16 +122,16 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
     if not (optimizer_steps_per_rl_step(cfg) == 1 and cfg.kl_in != "reward"):
         was_training = models.policy.module.training
         models.policy.module.eval()  # no dropout in the behaviour policy's logprobs
-        old_logp = batch_logprobs(models.policy.module, pids, pmask, rids, mask, temperature=temperature, **fwd)
+        old_logp = layouts["policy"].logprobs(models.policy.module, tokens, temperature=temperature, **fwd)
         models.policy.module.train(was_training)
     times["old_forward"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     ref_logp = None
     if models.ref is not None:
-        ref_logp = batch_logprobs(models.ref, pids, pmask, rids, mask, temperature=temperature, **fwd)
+        ref_logp = layouts["ref"].logprobs(models.ref, tokens, temperature=temperature, **fwd)
     times["ref_forward"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    values = batch_values(models.critic.module, pids, pmask, rids, mask, **fwd) if models.critic is not None else None
+    values = layouts["critic"].values(models.critic.module, tokens, **fwd) if models.critic is not None else None
     times["values_forward"] = time.perf_counter() - t0
 
     # 5. advantages (the KL goes into the reward here when kl_in = reward)
@@ -162,12 +160,11 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
         for m in range(n_minibatches):
             prompts_mb = prompt_order[m * per_mb:(m + 1) * per_mb]
             rows = (prompts_mb[:, None] * G + torch.arange(G)[None, :]).flatten()
-            plan = plan_micro_batches(pmask, mask, t.micro_batch_tokens, rows, group_size=gs,
-                                      real=packed(cfg, models.policy) == "varlen")
+            plan = layouts["policy"].plan(tokens, t.micro_batch_tokens, rows)
             counted = mask if loss_mask is None else loss_mask
             norms = global_normalizers([counted[rows_] for rows_ in plan], reduce=global_sum)
             # every rank runs the same number of backwards (ZeRO-2/3 communicate inside each one)
-            plan = agreed_plan(plan, gs)
+            plan = layouts["policy"].agreed(plan)
             where = f"epoch {epoch + 1}, mini-batch {m + 1}"
             problem = update_policy(cfg, dist, models, tb, plan, norms, stats_acc, step=state.step + 1,
                                     first_pass=epoch == 0)

@@ -216,7 +216,7 @@ def fit_micro_batches(cfg, dist, models, prompt_len: int, resumed: int | None = 
 
     from mathrl.train.checkpoint import TrainingError
     from mathrl.train.engines import device, global_min
-    from mathrl.train.update import group_share
+    from mathrl.train.layouts import group_share
 
     t, r = cfg.train, cfg.rollout
     dev = device()

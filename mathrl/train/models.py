@@ -4,7 +4,7 @@ gradient guard, and the rollout engine with the weight sync between them."""
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -15,6 +15,8 @@ from mathrl.models.precision import enable_autocast
 from mathrl.train.engines import (DistInfo, build_engine, build_inference_engine, copy_weights, device, resolve_dtype,
                                   zero3_init)
 from mathrl.train.ds_json import ds_config, inference_ds_config
+from mathrl.train.forward import is_zero3
+from mathrl.train.layouts import Layout, choose_layout, group_share, layout_request
 
 
 class GradGuard:
@@ -67,6 +69,8 @@ class Models:
     model_path: str = ""
     policy_guard: GradGuard | None = None
     critic_guard: GradGuard | None = None
+    # each model's forward layout ("policy", "ref", "critic"), chosen once when the models are built
+    layouts: dict[str, Layout] = field(default_factory=dict)
 
 
 def seed_all(seed: int) -> None:
@@ -142,9 +146,12 @@ def build_models(cfg: Config, dist: DistInfo, total_steps: int) -> Models:
         # the packed and shared-prompt paths call the backbone and the head directly
         enable_autocast(critic_module, amp, critic_module.backbone, critic_module.value_head)
         critic = build_engine(critic_module, lr=t.critic_lr, weight_decay=t.weight_decay, **common)
+    built = {"policy": engine, "ref": ref, "critic": critic}
+    layouts = {role: choose_layout(m, layout_request(cfg), group_share(cfg))
+               for role, m in built.items() if m is not None}
     return Models(policy=engine, ref=ref, critic=critic, tokenizer=tokenizer, model_path=path,
                   policy_guard=GradGuard(engine.module),
-                  critic_guard=GradGuard(critic.module) if critic is not None else None)
+                  critic_guard=GradGuard(critic.module) if critic is not None else None, layouts=layouts)
 
 
 def compute_dtype(cfg: Config, dtype: torch.dtype, dist: DistInfo) -> torch.dtype | None:
@@ -226,8 +233,6 @@ def generation_weights(rollout, engine):
     Every rank must enter the block together: ranks generate different numbers of times within it
     (evaluation chunks, dynamic-sampling rounds), which a gather per ``generate`` would deadlock on.
     Elsewhere it does nothing."""
-    from mathrl.train.forward import is_zero3
-
     if getattr(rollout, "model", None) is not engine.module or not is_zero3(engine):
         yield
         return

@@ -34,6 +34,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from mathrl.config import Config
+from mathrl.rollout import PendingBatch, RolloutBatch
 from mathrl.train.engines import DistInfo
 from mathrl.train.sampling import Request, Sampled, grade_and_score, make_request
 
@@ -43,9 +44,7 @@ def batch_to_dict(batch) -> dict[str, Any]:
     return {f.name: getattr(batch, f.name) for f in fields(batch)}
 
 
-def batch_from_dict(d: dict[str, Any]):
-    from mathrl.rollout import RolloutBatch
-
+def batch_from_dict(d: dict[str, Any]) -> RolloutBatch:
     return RolloutBatch(**{f.name: d[f.name] for f in fields(RolloutBatch) if f.name in d})
 
 
@@ -57,8 +56,8 @@ class _Ahead:
     step: int
     version: int
     request: Request
-    pending: Any = None          # mathrl.rollout.PendingBatch
-    batch: Any = None            # mathrl.rollout.RolloutBatch
+    pending: PendingBatch | None = None
+    batch: RolloutBatch | None = None
     seconds: float = 0.0         # the generation's own wall time
 
 

@@ -29,7 +29,7 @@ position (as in the padded layout).
 Used where the padded layout shares the prompt (``group_size > 1``, no gradient checkpointing, which
 drops the cache) and the attention takes a 4D mask (``sdpa``, ``eager``; not ``flash_attention_2``).
 
-One call (``one_call=True``, chosen under ZeRO-3 by :func:`mathrl.train.forward.layout_choice`). The
+One call (``one_call=True``, chosen under ZeRO-3 by :func:`mathrl.train.layouts.choose_layout`). The
 two passes above are two model calls, and ZeRO-3 gathers every layer's parameters in each call (and
 again in each call's backward). With ``one_call`` a group's prompt and its bins form one row
 ``[prompt | bin 1 | ... | bin M]`` (``M`` = the most bins of any group; a group with fewer has empty,
@@ -48,6 +48,7 @@ import torch
 from torch import Tensor
 
 from mathrl.algo.logprobs import logprobs_and_entropy_from_logits, logprobs_from_logits
+from mathrl.train.rows import ForwardBatch
 
 __all__ = ["CacheCaller", "PackedMicroBatch", "bins_first_fit", "make_packed_micro_batch", "packed_policy_forward",
            "packed_value_forward", "packing_supported", "to_device"]
@@ -141,12 +142,13 @@ def bins_first_fit(lengths: list[int], width: int) -> list[list[int]]:
     return bins
 
 
-def make_packed_micro_batch(prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, response_mask: Tensor,
-                            rows: Tensor, device: torch.device | str = "cpu", group_size: int = 1,
-                            one_call: bool = False) -> PackedMicroBatch:
-    """Pack ``rows`` (whole groups: ``group_size`` consecutive rows share a prompt). Prompts are
-    left-padded (``prompt_mask``), responses right-padded (``response_mask``). ``one_call``: also
-    the one-row-per-group layout (prompt and bins in one model call; see the module docstring)."""
+def make_packed_micro_batch(tokens: ForwardBatch, rows: Tensor, device: torch.device | str = "cpu",
+                            group_size: int = 1, one_call: bool = False) -> PackedMicroBatch:
+    """Pack ``rows`` of ``tokens`` (whole groups: ``group_size`` consecutive rows share a prompt; prompts
+    left-padded, responses right-padded). ``one_call``: also the one-row-per-group layout (prompt and
+    bins in one model call; see the module docstring)."""
+    prompt_ids, prompt_mask, response_ids, response_mask = (tokens.prompt_ids, tokens.prompt_mask,
+                                                            tokens.response_ids, tokens.response_mask)
     g = max(1, group_size)
     n = rows.numel()
     if n % g:
@@ -282,7 +284,7 @@ def _assemble(mb: PackedMicroBatch, cols: Tensor, first: Tensor) -> Tensor:
 def packed_policy_forward(model, mb: PackedMicroBatch, *, temperature: float = 1.0, with_entropy: bool = False
                           ) -> tuple[Tensor, Tensor | None]:
     """Per-token logprobs ``[n, T]`` (0 at padding), and optionally entropies, as
-    :func:`mathrl.train.forward.policy_forward` returns them for the padded layout."""
+    :func:`mathrl.train.forward.padded_policy_forward` returns them for the padded layout."""
     if mb.row_ids is not None:  # one call: the prompt's last position, then the M W slot columns
         out = _one_call(model, mb, {"logits_to_keep": mb.M * mb.W + 1})
         logits = out.logits[:, 1:]                                # [R, M W, V]

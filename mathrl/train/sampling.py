@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from mathrl.config import Config
+from mathrl.rollout import RolloutBatch, SamplingConfig
 from mathrl.train.engines import DistInfo
 
 
@@ -35,7 +36,7 @@ class Sampled:
     problem order) and the scores. ``grades`` is None when no reward term needs the verifier."""
 
     problems: list
-    batch: Any                      # mathrl.rollout.RolloutBatch
+    batch: RolloutBatch
     golds: list[str]
     truncated: list[bool]
     grades: list | None
@@ -144,7 +145,7 @@ class Request:
     problems: list
     indices: list[int]
     prompts: list[str]
-    sampling: Any                   # mathrl.rollout.SamplingConfig
+    sampling: SamplingConfig
 
 
 def make_request(cfg: Config, dist: DistInfo, tokenizer, problems: list, step: int,
@@ -153,7 +154,6 @@ def make_request(cfg: Config, dist: DistInfo, tokenizer, problems: list, step: i
     their prompts (chat template) and the sampling parameters (the step's seed, or ``seed``)."""
     from mathrl.data import render_prompt
     from mathrl.data.splits import step_indices
-    from mathrl.rollout import SamplingConfig
 
     t, r = cfg.train, cfg.rollout
     per_rank = t.batch_size // dist.world_size

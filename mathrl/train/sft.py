@@ -8,7 +8,7 @@ samples responses, keeps the correct ones and maximises their likelihood:
     L_SFT = - (1 / N_tok) * sum_{i in kept} sum_t m_{i,t} * log pi(o_{i,t} | q_i, o_{i,<t})
 
 Only response tokens are scored: the prompt ``q_i`` is context, never a target
-(:func:`mathrl.train.forward.policy_forward` returns logprobs of response tokens
+(a layout's :meth:`~mathrl.train.layouts.Layout.policy_forward` returns logprobs of response tokens
 only, and the response mask removes padding). ``N_tok`` is the number of
 response tokens in the *whole* optimizer step (all micro-batches, all ranks;
 :func:`mathrl.algo.losses.global_normalizers`), so splitting the step into
@@ -24,6 +24,7 @@ trainer's token-budgeted micro-batches.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 import torch
@@ -31,8 +32,9 @@ from torch import Tensor
 
 from mathrl.algo.losses import global_normalizers
 from mathrl.algo.objectives import sft_loss
-from mathrl.train.engines import all_reduce
-from mathrl.train.forward import agreed_plan, make_micro_batch, plan_micro_batches, policy_forward
+from mathrl.train.engines import global_sum
+from mathrl.train.rows import ForwardBatch
+from mathrl.train.layouts import Layout, Padded
 from mathrl.train.update import MicroLoss, accumulate_and_step
 
 __all__ = ["sft_loss", "rft_filter", "sft_train_step"]
@@ -77,17 +79,17 @@ def rft_filter(group_index: Sequence[int], responses: Sequence[str], correct: Se
     return kept
 
 
-def _all_reduce_sum(x: float) -> float:
-    return float(all_reduce(torch.tensor([float(x)], dtype=torch.float64))[0])
+def _sum_over_ranks(x: float) -> float:
+    return float(global_sum(torch.tensor([float(x)], dtype=torch.float64))[0])
 
 
-def sft_train_step(engine, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, response_mask: Tensor,
-                   rows: Sequence[int] | Tensor, *, token_budget: int, device: torch.device | str = "cpu",
-                   world_size: int = 1, agg: str = "token-mean") -> dict[str, float | str]:
-    """One optimizer step of SFT on ``rows`` of a batch (left-padded prompts, right-padded responses).
+def sft_train_step(engine, tokens: ForwardBatch, rows: Sequence[int] | Tensor, *, token_budget: int,
+                   device: torch.device | str = "cpu", world_size: int = 1, agg: str = "token-mean",
+                   layout: Layout | None = None) -> dict[str, float | str]:
+    """One optimizer step of SFT on ``rows`` of ``tokens`` (left-padded prompts, right-padded responses).
 
-    Micro-batches come from :func:`mathrl.train.forward.plan_micro_batches` (token budget), each is
-    scored with :func:`mathrl.train.forward.policy_forward` (response tokens only) and its
+    ``layout`` (default: :class:`~mathrl.train.layouts.Padded`, one row per prompt) plans the token-budgeted
+    micro-batches and scores each (response tokens only); its
     :func:`sft_loss` carries the step's global token normaliser; the micro-batch loop, the world-size
     scaling, the NaN/inf agreement and the optimizer step are the RL update's
     (:func:`mathrl.train.update.accumulate_and_step`).
@@ -97,9 +99,10 @@ def sft_train_step(engine, prompt_ids: Tensor, prompt_mask: Tensor, response_ids
     no backward and no optimizer step happen (``stepped = 0``). A NaN/inf loss or gradient norm skips
     the step (``bad_step = 1``).
     """
+    layout = layout or Padded()
     rows_t = torch.as_tensor(list(rows) if not isinstance(rows, Tensor) else rows, dtype=torch.long)
-    mask = response_mask.bool()
-    global_rows = _all_reduce_sum(rows_t.numel())
+    mask = tokens.response_mask
+    global_rows = _sum_over_ranks(rows_t.numel())
     if global_rows == 0:
         return {"sft/loss": float("nan"), "sft/tokens": 0.0, "sft/rows": 0.0, "sft/micro_batches": 0.0,
                 "stepped": 0.0, "bad_step": 0.0}
@@ -107,25 +110,26 @@ def sft_train_step(engine, prompt_ids: Tensor, prompt_mask: Tensor, response_ids
     if dummy:  # take part in the gradient reduction with a fully masked row
         rows_t = torch.zeros(1, dtype=torch.long)
         mask = torch.zeros_like(mask)
-    plan = plan_micro_batches(prompt_mask, mask, token_budget, rows_t)
-    norms = global_normalizers([mask[r] for r in plan], reduce=all_reduce)
+        tokens = dataclasses.replace(tokens, response_mask=mask)
+    plan = layout.plan(tokens, token_budget, rows_t)
+    norms = global_normalizers([mask[r] for r in plan], reduce=global_sum)
     losses: list[Tensor] = []
 
     def micro_loss(rows_mb: Tensor, real: bool, check: bool) -> MicroLoss:
-        mb = make_micro_batch(prompt_ids, prompt_mask, response_ids, mask, rows_mb, device)
-        logp, _ = policy_forward(engine, mb, temperature=1.0)
+        mb = layout.micro_batch(tokens, rows_mb, device)
+        logp, _ = layout.policy_forward(engine, mb, temperature=1.0)
         loss = sft_loss(logp, mb.response_mask, norm_tokens=norms.tokens, agg=agg, norm_seqs=norms.seqs)
         if real:
             losses.append(loss.detach())
-        return MicroLoss(loss, {"SFT loss": loss})
+        return MicroLoss(loss, {"SFT loss": loss}, loss_key="SFT loss")
 
-    problem = accumulate_and_step(engine, agreed_plan(plan), micro_loss, world_size=world_size, what="SFT")
+    problem = accumulate_and_step(engine, layout.agreed(plan), micro_loss, world_size=world_size, what="SFT")
     grad_norm = float("nan")
     if problem is None:
         gn = engine.get_global_grad_norm()
         grad_norm = float(gn) if gn is not None else grad_norm
     # the micro losses of all ranks sum to the step's mean NLL
-    loss_global = _all_reduce_sum(float(torch.stack(losses).sum()) if losses else 0.0)
+    loss_global = _sum_over_ranks(float(torch.stack(losses).sum()) if losses else 0.0)
     out = {"sft/loss": loss_global, "sft/tokens": float(norms.tokens), "sft/rows": global_rows,
            "sft/micro_batches": float(len(plan)), "sft/grad_norm": grad_norm,
            "stepped": 1.0 if problem is None else 0.0, "bad_step": 0.0 if problem is None else 1.0}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
@@ -14,9 +14,11 @@ from mathrl.algo.correction import mismatch_stats, tis_weights
 from mathrl.algo.losses import value_loss
 from mathrl.algo.objectives import policy_objective
 from mathrl.config import Config
+from mathrl.rollout import RolloutBatch
 from mathrl.train.engines import all_ranks_ok, device, discard_gradients
-from mathrl.train.forward import layout_choice, make_micro_batch, policy_forward, to_device, value_forward
+from mathrl.train.rows import ForwardBatch
 from mathrl.train.models import GradGuard
+from mathrl.train.packing import to_device
 
 
 @dataclass
@@ -24,7 +26,7 @@ class TrainBatch:
     """What the update of one RL step reads, per response row of this rank (N = prompts x G rows,
     T = the longest response): the rollout's tokens and the tensors steps 4-5 computed from them."""
 
-    batch: Any                              # mathrl.rollout.RolloutBatch (prompt_ids, prompt_mask, response_ids)
+    batch: RolloutBatch                     # the step's prompts, responses and the sampler's logprobs
     mask: torch.Tensor                      # [N, T] bool, the response tokens
     advantages: torch.Tensor                # [N, T]
     old_logp: torch.Tensor | None = None    # [N, T] logprobs under the sampling policy (None: the current ones)
@@ -35,21 +37,10 @@ class TrainBatch:
     loss_mask: torch.Tensor | None = None   # [N, T] bool, the tokens the policy loss counts (None: mask;
                                             # algo.mask_truncated leaves truncated responses out)
 
-
-def group_share(cfg: Config) -> int:
-    """Rows per shared prompt in training forwards (1 = no sharing)."""
-    return cfg.rollout.n if cfg.train.share_prompt and cfg.rollout.n > 1 else 1
-
-
-def layout_request(cfg: Config) -> bool | str:
-    """What the config asks of the training forwards' layout: ``"varlen"`` (train.padding_free) or
-    train.packing (:func:`mathrl.train.forward.layout_choice` decides per model)."""
-    return "varlen" if cfg.train.padding_free else cfg.train.packing
-
-
-def packed(cfg: Config, model) -> bool | str:
-    """The layout of ``model``'s training forwards (:func:`layout_request`, where the model can run it)."""
-    return layout_choice(model, layout_request(cfg))
+    @property
+    def tokens(self) -> ForwardBatch:
+        """The rows the forwards read: the rollout's prompts and responses with ``mask``."""
+        return ForwardBatch.of(self.batch, self.mask)
 
 
 def sampling_temperature(r) -> float:
@@ -102,7 +93,7 @@ def accumulate_and_step(engine, plan, micro_loss: Callable[[torch.Tensor, bool, 
     """The one micro-batch loop of every update (policy, critic, SFT): a backward per entry of ``plan``, then
     one optimizer step unless some rank saw NaN/inf. Returns what was bad (None: the step was taken).
 
-    ``plan`` is this rank's :func:`~mathrl.train.forward.agreed_plan`: ``(rows, real)`` pairs, the same count
+    ``plan`` is this rank's agreed plan (:meth:`~mathrl.train.layouts.Layout.agreed`): ``(rows, real)`` pairs, the same count
     on every rank (ZeRO-2/3 communicate inside each backward). ``micro_loss(rows, real, check)`` runs the
     forward of ``rows`` and returns a :class:`MicroLoss` whose loss already carries the mini-batch's *global*
     normaliser (all micro-batches, all ranks); ``check`` (a real micro-batch while no problem was seen yet)
@@ -126,12 +117,14 @@ def accumulate_and_step(engine, plan, micro_loss: Callable[[torch.Tensor, bool, 
 
 @dataclass
 class MicroLoss:
-    """One micro-batch's loss (to backpropagate) and the tensors that must be finite, by name, the loss
-    itself last (a scalar is reported with its value, e.g. ``policy loss is nan``; others as
-    ``... are NaN/inf``)."""
+    """One micro-batch's loss (to backpropagate) and the tensors that must be finite, by name, checked in
+    order (a scalar is reported with its value, e.g. ``policy loss is nan``; others as ``... are NaN/inf``).
+    ``loss_key`` names the entry of ``guarded`` that is the loss as the user knows it (for the value loss:
+    before its ``algo.vf_coef`` weight)."""
 
     loss: torch.Tensor
     guarded: dict[str, torch.Tensor]
+    loss_key: str
 
 
 def _non_finite(guarded: dict[str, torch.Tensor], where: str) -> str | None:
@@ -158,17 +151,14 @@ def update_policy(cfg: Config, dist, models, tb: TrainBatch, plan, norms, stats_
     sampler-vs-trainer mismatch statistics are recorded (``mismatch/*``); with ``algo.tis_cap`` each
     token's loss is weighted by the truncated importance ratio pi_old / pi_sampler."""
     a, r = cfg.algo, cfg.rollout
-    engine = models.policy
-    gs = group_share(cfg)
-    pack = packed(cfg, engine)
+    engine, layout = models.policy, models.layouts["policy"]
     n_real = sum(real for _, real in plan)
-    batch, old_logp, ref_logp = tb.batch, tb.old_logp, tb.ref_logp
+    batch, tokens, old_logp, ref_logp = tb.batch, tb.tokens, tb.old_logp, tb.ref_logp
 
     def micro_loss(rows: torch.Tensor, real: bool, check: bool) -> MicroLoss:
-        mb = make_micro_batch(batch.prompt_ids, batch.prompt_mask, batch.response_ids, tb.mask, rows, device(), gs,
-                              pack)
+        mb = layout.micro_batch(tokens, rows, device())
         # entropy comes from the same fused pass as the logprobs; it enters the loss only with a bonus
-        logp, ent = policy_forward(engine, mb, temperature=sampling_temperature(r), with_entropy=True)
+        logp, ent = layout.policy_forward(engine, mb, temperature=sampling_temperature(r), with_entropy=True)
         m = mb.response_mask
         if tb.loss_mask is not None:
             m = m & to_device(tb.loss_mask[rows, : mb.T], m.device)
@@ -198,7 +188,7 @@ def update_policy(cfg: Config, dist, models, tb: TrainBatch, plan, norms, stats_
                 _acc(stats_acc, f"policy/{k}", v)
             _acc(stats_acc, "policy/entropy", (ent.detach() * m).sum() / m.sum().clamp(min=1))
             _acc(stats_acc, "loss/policy", pg_loss.detach() * n_real)
-        return MicroLoss(loss, {"policy logprobs": logp, "policy loss": loss})
+        return MicroLoss(loss, {"policy logprobs": logp, "policy loss": loss}, loss_key="policy loss")
 
     problem = accumulate_and_step(engine, plan, micro_loss, world_size=dist.world_size, what="policy", step=step,
                                   guard=models.policy_guard)
@@ -213,13 +203,13 @@ def update_critic(cfg: Config, dist, models, tb: TrainBatch, plan, norms, stats_
     """The critic's counterpart of :func:`update_policy` (:func:`accumulate_and_step` over the same plan): the
     clipped value loss, weighted by ``algo.vf_coef``."""
     a = cfg.algo
-    engine = models.critic
+    engine, layout = models.critic, models.layouts["critic"]
     n_real = sum(real for _, real in plan)
+    tokens = tb.tokens
 
     def micro_loss(rows: torch.Tensor, real: bool, check: bool) -> MicroLoss:
-        mb = make_micro_batch(tb.batch.prompt_ids, tb.batch.prompt_mask, tb.batch.response_ids, tb.mask, rows,
-                              device(), group_share(cfg), packed(cfg, engine))
-        v = value_forward(engine, mb)
+        mb = layout.micro_batch(tokens, rows, device())
+        v = layout.value_forward(engine, mb)
         m = mb.response_mask
         loss, st = value_loss(v, to_device(tb.old_values[rows, : mb.T], v.device),
                               to_device(tb.returns[rows, : mb.T], v.device),
@@ -229,7 +219,7 @@ def update_critic(cfg: Config, dist, models, tb: TrainBatch, plan, norms, stats_
             for k, val in st.items():
                 _acc(stats_acc, f"critic/{k}", val)
             _acc(stats_acc, "loss/value", loss.detach() * n_real)
-        return MicroLoss(a.vf_coef * loss, {"value loss": loss})
+        return MicroLoss(a.vf_coef * loss, {"value loss": loss}, loss_key="value loss")
 
     return accumulate_and_step(engine, plan, micro_loss, world_size=dist.world_size, what="critic", step=step,
                                guard=models.critic_guard)

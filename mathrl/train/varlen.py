@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from mathrl.algo.logprobs import logprobs_and_entropy_from_logits, logprobs_from_logits
+from mathrl.train.rows import ForwardBatch
 
 __all__ = ["VARLEN_ATTENTION", "VarlenMicroBatch", "make_varlen_micro_batch", "varlen_kernel", "varlen_policy_forward",
            "varlen_value_forward"]
@@ -68,12 +69,13 @@ def varlen_kernel(model) -> bool:
     return getattr(config, "_attn_implementation", None) in VARLEN_ATTENTION
 
 
-def make_varlen_micro_batch(prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, response_mask: Tensor,
-                            rows: Tensor, device: torch.device | str = "cpu") -> VarlenMicroBatch:
-    """The padding-free micro-batch of ``rows`` (prompts left-padded, responses right-padded)."""
+def make_varlen_micro_batch(tokens: ForwardBatch, rows: Tensor, device: torch.device | str = "cpu"
+                            ) -> VarlenMicroBatch:
+    """The padding-free micro-batch of ``rows`` of ``tokens`` (prompts left-padded, responses right-padded)."""
     from mathrl.train.packing import to_device
 
-    pm, rm = prompt_mask[rows].bool(), response_mask[rows].bool()
+    prompt_ids, response_ids = tokens.prompt_ids, tokens.response_ids
+    pm, rm = tokens.prompt_mask[rows].bool(), tokens.response_mask[rows].bool()
     plen, rlen = pm.sum(1), rm.sum(1)
     if int(plen.min()) < 1:
         raise ValueError("padding-free layout: every row needs at least one prompt token")
@@ -96,7 +98,7 @@ def make_varlen_micro_batch(prompt_ids: Tensor, prompt_mask: Tensor, response_id
 def varlen_policy_forward(model, mb: VarlenMicroBatch, *, temperature: float = 1.0, with_entropy: bool = False
                           ) -> tuple[Tensor, Tensor | None]:
     """Per-token logprobs ``[n, T]`` (0 at padding), and optionally entropies, as
-    :func:`mathrl.train.forward.policy_forward` returns them for the padded layout."""
+    :func:`mathrl.train.forward.padded_policy_forward` returns them for the padded layout."""
     out = model(input_ids=mb.ids, position_ids=mb.pos, attention_mask=None, use_cache=False, logits_to_keep=mb.keep)
     logits = out.logits                                            # [1, K, V]
     valid = torch.ones_like(mb.targets, dtype=torch.bool)

@@ -77,16 +77,18 @@ def _batch(tokenizer):
 
 def _grads_via_micro_batches(model, batch, budget, global_norm=True):
     from mathrl.algo.losses import global_normalizers
-    from mathrl.train.forward import make_micro_batch, plan_micro_batches, policy_forward
+    from mathrl.train.rows import ForwardBatch
+    from mathrl.train.layouts import Padded
 
     pid, pm, rid, rm = batch
     model.zero_grad()
-    plan = plan_micro_batches(pm, rm, budget)
+    layout, tokens = Padded(), ForwardBatch(*batch)
+    plan = layout.plan(tokens, budget)
     norms = global_normalizers([rm[r] for r in plan], reduce=None)
     total = 0.0
     for rows in plan:
-        mb = make_micro_batch(pid, pm, rid, rm, rows)
-        logp, _ = policy_forward(model, mb)
+        mb = layout.micro_batch(tokens, rows)
+        logp, _ = layout.policy_forward(model, mb)
         loss = sft_loss(logp, mb.response_mask, norm_tokens=norms.tokens if global_norm else None)
         loss.backward()
         total += loss.item()
@@ -122,11 +124,11 @@ def test_loss_equals_causal_lm_loss_with_prompt_labels_masked(digit_model):
 
 def test_prompt_token_targets_get_no_gradient(digit_model):
     """d loss / d logits is zero at every position whose target is a prompt token (or padding)."""
-    from mathrl.train.forward import make_micro_batch
+    from mathrl.train.rows import ForwardBatch
+    from mathrl.train.layouts import Padded
 
     model, tok = digit_model
-    pid, pm, rid, rm = _batch(tok)
-    mb = make_micro_batch(pid, pm, rid, rm, torch.arange(3))
+    mb = Padded().micro_batch(ForwardBatch(*_batch(tok)), torch.arange(3))
     logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids).logits
     logits.retain_grad()
     # the trainer's indexing: logit P-1+t scores response token t
@@ -171,6 +173,7 @@ def _engine(model_dir):
 def test_sft_train_step_on_deepspeed_is_micro_batch_invariant_and_learns(digit_model_dir):
     from transformers import AutoTokenizer
 
+    from mathrl.train.rows import ForwardBatch
     from mathrl.train.sft import sft_train_step
 
     tok = AutoTokenizer.from_pretrained(str(digit_model_dir))
@@ -178,7 +181,7 @@ def test_sft_train_step_on_deepspeed_is_micro_batch_invariant_and_learns(digit_m
     stats = {}
     for budget in (10_000, 1):
         engine = _engine(digit_model_dir)
-        stats[budget] = sft_train_step(engine, *batch, [0, 1, 2], token_budget=budget)
+        stats[budget] = sft_train_step(engine, ForwardBatch(*batch), [0, 1, 2], token_budget=budget)
         assert stats[budget]["stepped"] == 1.0
     assert stats[1]["sft/micro_batches"] == 3 and stats[10_000]["sft/micro_batches"] == 1
     assert stats[1]["sft/tokens"] == 2 + 5 + 2
@@ -187,8 +190,8 @@ def test_sft_train_step_on_deepspeed_is_micro_batch_invariant_and_learns(digit_m
     # a few more steps on the same rows lower their NLL
     first = stats[1]["sft/loss"]
     for _ in range(10):
-        last = sft_train_step(engine, *batch, [0, 1, 2], token_budget=1)["sft/loss"]
+        last = sft_train_step(engine, ForwardBatch(*batch), [0, 1, 2], token_budget=1)["sft/loss"]
     assert last < 0.5 * first
     # no rows anywhere: no backward and no optimizer step
-    empty = sft_train_step(engine, *batch, [], token_budget=1)
+    empty = sft_train_step(engine, ForwardBatch(*batch), [], token_budget=1)
     assert empty["stepped"] == 0.0 and empty["sft/rows"] == 0.0

@@ -94,7 +94,8 @@ def test_cached_prefix_flops(bench_gpu, eager_model):
 def test_train_flops_of_mathrl_shared_prompt_update(bench_gpu, eager_model):
     """train_flops(shared_prompt=True) = what mathrl's grouped policy forward + backward computes,
     except the one logits position per row that the shared path computes and drops."""
-    from mathrl.train.forward import make_micro_batch, policy_forward
+    from mathrl.train.rows import ForwardBatch
+    from mathrl.train.layouts import Padded
 
     s = bench_gpu.SMOKE
     B, G, P, R = 2, 3, 9, 6
@@ -103,11 +104,12 @@ def test_train_flops_of_mathrl_shared_prompt_update(bench_gpu, eager_model):
     resp = torch.randint(3, s.vocab, (B * G, R), generator=g)
     pmask = torch.ones_like(prompts, dtype=torch.bool)
     rmask = torch.ones_like(resp, dtype=torch.bool)
-    mb = make_micro_batch(prompts, pmask, resp, rmask, torch.arange(B * G), "cpu", G)
+    layout = Padded(G)  # shared prompt
+    mb = layout.micro_batch(ForwardBatch(prompts, pmask, resp, rmask), torch.arange(B * G), "cpu")
     eager_model.train()
 
     def step():
-        logp, _ = policy_forward(eager_model, mb, temperature=1.0, with_entropy=True)
+        logp, _ = layout.policy_forward(eager_model, mb, temperature=1.0, with_entropy=True)
         logp.sum().backward()
 
     got = _count(step)

@@ -7,7 +7,7 @@ mathrl picks an API by what the installed transformers has in three places:
   `mathrl.rollout.hf.HFRolloutEngine` (``_cache_kw``, the hf engine's decode loop);
 * `mathrl.models.loading.load_causal_lm` with ``gradient_checkpointing=True``:
   ``activation_checkpointing_enable`` or ``gradient_checkpointing_enable``;
-* `mathrl.train.forward._checkpointing` (the shared-prompt and packed layouts need the KV cache that
+* `mathrl.train.forward.checkpointing` (the shared-prompt and packed layouts need the KV cache that
   checkpointing drops): ``is_activation_checkpointing`` or ``is_gradient_checkpointing``.
 
 The trainer venv (.venv, transformers >= 5.2x) takes the first name everywhere. The `gpu` extra's
@@ -74,19 +74,23 @@ def test_branches_follow_the_installed_transformers(tiny_dir, tokenizer):
 
 def test_gradient_checkpointing_switches_layout_and_keeps_values(tiny_dir):
     """``load_causal_lm(gradient_checkpointing=True)`` turns checkpointing on (the forward keeps far
-    fewer tensors for the backward: measured 11 against 85), `_checkpointing` sees it whatever this transformers calls the flag, so the
+    fewer tensors for the backward: measured 11 against 85), `checkpointing` sees it whatever this transformers calls the flag, so the
     trainer leaves the shared-prompt / packed layouts (they need the KV cache checkpointing drops),
     and the checkpointed model's logprobs and gradients equal the plain model's."""
     from mathrl.models import load_causal_lm
-    from mathrl.train.forward import _checkpointing, layout_choice, make_micro_batch, policy_forward
+    from mathrl.train.forward import checkpointing
+    from mathrl.train.layouts import choose_layout
+    from mathrl.train.rows import ForwardBatch
 
+    G, P, T = 2, 6, 4
     plain = load_causal_lm(tiny_dir).train()
     ckpt = load_causal_lm(tiny_dir, gradient_checkpointing=True).train()
-    assert not _checkpointing(plain) and layout_choice(plain, True)
-    assert _checkpointing(ckpt) and not layout_choice(ckpt, True)
+    assert not checkpointing(plain) and choose_layout(plain, True, G).name == "packed"
+    assert checkpointing(ckpt) and choose_layout(ckpt, True, G).name == "padded"
+    layouts = {"plain": choose_layout(plain, False, G), "ckpt": choose_layout(ckpt, False, G)}
+    assert (layouts["plain"].name, layouts["ckpt"].name) == ("shared-prompt", "padded")
 
     g = torch.Generator().manual_seed(0)
-    G, P, T = 2, 6, 4
     prompt = torch.randint(3, plain.config.vocab_size, (P,), generator=g)
     pids, pmask = prompt.repeat(G, 1), torch.ones(G, P, dtype=torch.long)
     rids = torch.randint(3, plain.config.vocab_size, (G, T), generator=g)
@@ -99,9 +103,10 @@ def test_gradient_checkpointing_switches_layout_and_keeps_values(tiny_dir):
             saved[0] += 1
             return t
 
-        mb = make_micro_batch(pids, pmask, rids, rmask, torch.arange(G), "cpu", G)
+        layout = layouts[name]
+        mb = layout.micro_batch(ForwardBatch(pids, pmask, rids, rmask), torch.arange(G))
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            logp, _ = policy_forward(model, mb)
+            logp, _ = layout.policy_forward(model, mb)
         logp.sum().backward()
         out[name] = (logp.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None},
                      saved[0])

@@ -45,13 +45,14 @@ def _logprob_gap(weights_dir: Path, ahead: dict, temperature: float) -> tuple[fl
     ``weights_dir`` (a Hugging Face folder), recomputed with the trainer's own forward."""
     from transformers import AutoModelForCausalLM
 
-    from mathrl.train.forward import batch_logprobs
+    from mathrl.train.rows import ForwardBatch
+    from mathrl.train.layouts import Padded
 
     b = ahead["batch"]
     model = AutoModelForCausalLM.from_pretrained(str(weights_dir), dtype=torch.float32).eval()
     mask = b["response_mask"].bool()
-    logp = batch_logprobs(model, b["prompt_ids"], b["prompt_mask"], b["response_ids"], mask, token_budget=8192,
-                          temperature=temperature, device=torch.device("cpu"))
+    tokens = ForwardBatch(b["prompt_ids"], b["prompt_mask"], b["response_ids"], mask)
+    logp = Padded().logprobs(model, tokens, token_budget=8192, temperature=temperature, device=torch.device("cpu"))
     diff = (logp - b["logprobs"]).abs()[mask]
     return float(diff.mean()), float(diff.max())
 

@@ -19,8 +19,8 @@ import torch
 
 from mathrl.algo.losses import policy_loss
 from mathrl.models.precision import ATTR, autocast_dtype, enable_autocast, resolve_autocast, without_autocast
-from mathrl.train.forward import policy_forward
-from mathrl.train.packing import make_packed_micro_batch
+from mathrl.train.rows import ForwardBatch
+from mathrl.train.layouts import Packed
 
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
@@ -92,9 +92,10 @@ def _step(model, tensors, adv, noise, old=None):
     seen = []
     hook = model.model.layers[3].mlp.down_proj.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
     try:
-        mb = make_packed_micro_batch(pids, pmask, rids, rmask, torch.arange(len(RLENS)), "cpu", len(RLENS))
+        layout = Packed(len(RLENS))
+        mb = layout.micro_batch(ForwardBatch(pids, pmask, rids, rmask.bool()), torch.arange(len(RLENS)), "cpu")
         model.zero_grad(set_to_none=True)
-        logp, _ = policy_forward(model, mb, temperature=1.0)
+        logp, _ = layout.policy_forward(model, mb, temperature=1.0)
         m = mb.response_mask
         old = (logp.detach().float() + noise[:, : mb.T]) * m if old is None else old
         loss, _ = policy_loss(logp, old, adv[:, : mb.T], m, clip_low=0.2, clip_high=0.2, norm_tokens=float(m.sum()))

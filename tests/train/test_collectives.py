@@ -68,6 +68,7 @@ def test_training_collectives_use_the_helper(digit_model_dir, tmp_path, recorded
 
 def test_sft_collectives_use_the_helper(digit_model_dir, recorded):
     from mathrl.train.engines import build_engine, init_distributed
+    from mathrl.train.rows import ForwardBatch
     from mathrl.train.sft import sft_train_step
     from transformers import AutoModelForCausalLM
 
@@ -79,6 +80,6 @@ def test_sft_collectives_use_the_helper(digit_model_dir, recorded):
     pmask = torch.tensor([[0, 1, 1], [1, 1, 1]])
     rids = torch.tensor([[8, 1, 0], [9, 10, 1]])
     rmask = torch.tensor([[1, 1, 0], [1, 1, 1]])
-    stats = sft_train_step(engine, pids, pmask, rids, rmask, [0, 1], token_budget=6)
+    stats = sft_train_step(engine, ForwardBatch(pids, pmask, rids, rmask), [0, 1], token_budget=6)
     assert stats["stepped"] == 1.0
     _check(recorded)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from mathrl.train.forward import make_micro_batch, plan_micro_batches, policy_forward
+from mathrl.train.rows import ForwardBatch
+from mathrl.train.forward import plan_micro_batches
+from mathrl.train.layouts import Padded
 
 
 def _batch(vocab: int, B=3, G=4, P=7, T=5, seed=0):
@@ -31,8 +33,9 @@ def test_shared_prompt_forward_matches_plain(tiny_model):
     results = []
     for gs in (1, 4):
         model.zero_grad()
-        mb = make_micro_batch(pids, pmask, rids, rmask.bool(), rows, "cpu", gs)
-        logp, ent = policy_forward(model, mb, temperature=0.7, with_entropy=True)
+        layout = Padded(gs)  # gs 1: plain; 4: shared prompt
+        mb = layout.micro_batch(ForwardBatch(pids, pmask, rids, rmask.bool()), rows, "cpu")
+        logp, ent = layout.policy_forward(model, mb, temperature=0.7, with_entropy=True)
         (logp.sum() + ent.sum()).backward()
         grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
         results.append((logp.detach(), ent.detach(), grads))
@@ -60,7 +63,6 @@ def test_plan_respects_budget_and_groups():
 
 def test_shared_prompt_values_match_plain(tiny_model):
     from mathrl.models.value_head import ValueModel
-    from mathrl.train.forward import value_forward
 
     critic = ValueModel.from_causal_lm(tiny_model).train()
     torch.nn.init.normal_(critic.value_head.weight, std=0.1)  # a zero head would hide backbone gradients
@@ -69,8 +71,9 @@ def test_shared_prompt_values_match_plain(tiny_model):
     results = []
     for gs in (1, 4):
         critic.zero_grad()
-        mb = make_micro_batch(pids, pmask, rids, rmask.bool(), rows, "cpu", gs)
-        v = value_forward(critic, mb)
+        layout = Padded(gs)
+        mb = layout.micro_batch(ForwardBatch(pids, pmask, rids, rmask.bool()), rows, "cpu")
+        v = layout.value_forward(critic, mb)
         (v ** 2).sum().backward()
         grads = {n: p.grad.clone() for n, p in critic.named_parameters() if p.grad is not None}
         results.append((v.detach(), grads))

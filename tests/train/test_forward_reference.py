@@ -1,24 +1,24 @@
 """The trainer's forward passes against an independent reference.
 
 ``tests/train/test_forward.py`` compares the shared-prompt forward with the plain one, but both
-sides go through :func:`make_micro_batch`, so a bug in its padding, masks or position ids would be
+sides go through the padded layout's micro-batch builder, so a bug in its padding, masks or position ids would be
 shared and invisible. Here the reference knows nothing of micro-batches: each row alone, its
 prompt and response tokens without any padding, ``model(input_ids=row[None])`` with no attention
 mask and no position ids (the model's defaults), then ``log_softmax(logits / temperature)`` at the
 positions that predict the response tokens.
 
-The mathrl side is what the trainer runs: :func:`plan_micro_batches` with a token budget that
-gives several micro-batches (each holding rows of different prompt and response lengths), then
-:func:`make_micro_batch` + :func:`policy_forward` with ``group_size`` 1 and G (the shared-prompt
-path), gradients accumulated over the micro-batches. Compared: logprobs, entropies, gradients
-parameter by parameter, critic values (:func:`value_forward`, :func:`batch_values`), the no-grad
-:func:`batch_logprobs`, and the same through DeepSpeed engines (ZeRO-1 and ZeRO-3, gloo on CPU).
+The mathrl side is what the trainer runs: a layout (:mod:`mathrl.train.layouts`: padded, shared-prompt,
+packed, packed in one call, padding-free) plans micro-batches with a token budget that gives several
+(each holding rows of different prompt and response lengths), builds each and runs its
+``policy_forward``, gradients accumulated over the micro-batches. Compared: logprobs, entropies,
+gradients parameter by parameter, critic values (``value_forward``, ``Layout.values``), the no-grad
+``Layout.logprobs``, and the same through DeepSpeed engines (ZeRO-1 and ZeRO-3, gloo on CPU).
 Two architectures (tiny Llama: tied head, no biases; tiny Qwen2: q/k/v biases, untied head) and
 two attention kernels (sdpa, eager).
 
 Padding columns hold random tokens, not a pad id: a mask that lets padding through changes the
-result instead of attending to a near-zero embedding. Negative controls feed mutated micro-batch
-builders through the same comparison and require it to fail.
+result instead of attending to a near-zero embedding. Negative controls feed layouts with mutated
+micro-batch builders through the same comparison and require it to fail.
 
 Tolerances (float32 throughout): values atol 1e-5 / rtol 1e-5, gradients atol 1e-5 / rtol 1e-4.
 """
@@ -26,7 +26,6 @@ Tolerances (float32 throughout): values atol 1e-5 / rtol 1e-5, gradients atol 1e
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 from dataclasses import dataclass
 
@@ -36,16 +35,14 @@ import torch
 from mathrl.testing.tiny import build_tiny_model, build_tiny_qwen2_model
 from mathrl.models.value_head import ValueModel
 from mathrl.procs import DIST_ENV_VARS
-from mathrl.train.forward import (batch_logprobs, batch_values, layout_choice, make_micro_batch,
-                                  plan_micro_batches, policy_forward, value_forward)
-from mathrl.train.packing import make_packed_micro_batch
-from mathrl.train.varlen import make_varlen_micro_batch
+from mathrl.train.rows import ForwardBatch
+from mathrl.train.layouts import Layout, Packed, Padded, Varlen, choose_layout
 
 VOCAB = 256
 G = 4                                  # responses per prompt
 PLENS = (5, 11, 3, 8)                  # prompt length of each group
 RLENS = (3, 12, 7, 5, 10, 4, 9, 6, 11, 3, 8, 4, 12, 5, 9, 7)  # response length of each row
-PW, TW = 13, 14                        # padded widths: wider than any row (make_micro_batch trims)
+PW, TW = 13, 14                        # padded widths: wider than any row (the micro-batches trim)
 TEMP = 0.7
 BUDGET = 120                           # tokens per micro-batch: several micro-batches for group_size 1 and G
 ATOL, RTOL = 1e-5, 1e-5                # logprobs, entropies, values (float32)
@@ -138,21 +135,25 @@ def _grads(model) -> dict[str, torch.Tensor]:
 
 # ---- the mathrl path ------------------------------------------------------------------------------
 
-def _plan(b: Batch, gs: int) -> list[torch.Tensor]:
-    plan = plan_micro_batches(b.pmask, b.rmask, BUDGET, group_size=gs)
+def _tokens(b: Batch) -> ForwardBatch:
+    return ForwardBatch(b.pids, b.pmask, b.rids, b.rmask)
+
+
+def _plan(b: Batch, layout: Layout) -> list[torch.Tensor]:
+    plan = layout.plan(_tokens(b), BUDGET)
     assert len(plan) >= 2, plan
-    assert any(len(rows) > gs for rows in plan), plan  # some micro-batch mixes prompt lengths
+    assert any(len(rows) > layout.group_size for rows in plan), plan  # some micro-batch mixes prompt lengths
     return plan
 
 
-def _mathrl_policy(model, b: Batch, gs: int, builder=make_micro_batch, grad: bool = True):
-    """Full [N, TW] logprobs and entropies via the trainer's micro-batches; gradients accumulated."""
+def _mathrl_policy(model, b: Batch, layout: Layout, grad: bool = True):
+    """Full [N, TW] logprobs and entropies via the layout's micro-batches; gradients accumulated."""
     model.zero_grad(set_to_none=True)
     lp_full, ent_full = torch.zeros(b.rids.shape), torch.zeros(b.rids.shape)
-    for rows in _plan(b, gs):
-        mb = builder(b.pids, b.pmask, b.rids, b.rmask, rows, "cpu", gs)
+    for rows in _plan(b, layout):
+        mb = layout.micro_batch(_tokens(b), rows, "cpu")
         with torch.set_grad_enabled(grad):
-            lp, ent = policy_forward(model, mb, temperature=TEMP, with_entropy=True)
+            lp, ent = layout.policy_forward(model, mb, temperature=TEMP, with_entropy=True)
         if grad:
             ((b.w_lp[rows, : mb.T] * lp).sum() + (b.w_ent[rows, : mb.T] * ent).sum()).backward()
         lp_full[rows, : mb.T], ent_full[rows, : mb.T] = lp.detach(), ent.detach()
@@ -211,54 +212,51 @@ def test_batch_shape_is_what_the_reference_needs(batch):
     assert batch.rmask.sum(1).tolist() == list(RLENS) and min(RLENS) >= 3 and max(RLENS) >= 12
     for b in range(len(PLENS)):
         assert (batch.pids[b * G:(b + 1) * G] == batch.pids[b * G]).all()
-    for gs in (1, G):
-        _plan(batch, gs)
+    for layout in (Padded(1), Padded(G)):
+        _plan(batch, layout)
 
 
 # ---- policy: logprobs, entropies, gradients ------------------------------------------------------
 
-PACKED = functools.partial(make_micro_batch, packed=True)
-# (group size, packed): padded rows alone, padded with a shared prompt, the shared prompt with each
-# group's responses packed into bins (mathrl/train/packing.py), the same in one model call per
-# micro-batch (ZeRO-3's layout), and every row's real tokens in one sequence without a mask
-# (mathrl/train/varlen.py: train.padding_free, flash-attention's layout)
-LAYOUTS = {"plain": (1, False), "shared": (G, False), "packed": (G, True), "one_call": (G, "one_call"),
-           "varlen": (G, "varlen")}
+# padded rows alone, padded with a shared prompt, the shared prompt with each group's responses packed
+# into bins (mathrl/train/packing.py), the same in one model call per micro-batch (ZeRO-3's layout), and
+# every row's real tokens in one sequence without a mask (mathrl/train/varlen.py: train.padding_free,
+# flash-attention's layout)
+LAYOUTS = {"plain": Padded(1), "shared": Padded(G), "packed": Packed(G), "one_call": Packed(G, one_call=True),
+           "varlen": Varlen(G)}
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
 @pytest.mark.parametrize("arch", list(ARCHS))
 def test_policy_forward_matches_row_alone_reference(batch, arch, attn, layout):
-    gs, packed = LAYOUTS[layout]
     ref_lp, ref_ent, ref_grads = _policy_reference(arch, attn, batch)
     model = _model(arch, attn).train()
-    lp, ent, grads = _mathrl_policy(model, batch, gs, builder=functools.partial(make_micro_batch, packed=packed)
-                                    if packed else make_micro_batch)
-    d_lp = _compare_rows(lp, ref_lp, batch, f"{arch}/{attn}/gs={gs} logprobs")
-    d_ent = _compare_rows(ent, ref_ent, batch, f"{arch}/{attn}/gs={gs} entropies")
-    d_grad = _compare_grads(grads, ref_grads, f"{arch}/{attn}/gs={gs}")
-    _report(f"policy {arch}/{attn}/gs={gs}", logp=d_lp, entropy=d_ent, grad=d_grad)
+    lp, ent, grads = _mathrl_policy(model, batch, LAYOUTS[layout])
+    d_lp = _compare_rows(lp, ref_lp, batch, f"{arch}/{attn}/{layout} logprobs")
+    d_ent = _compare_rows(ent, ref_ent, batch, f"{arch}/{attn}/{layout} entropies")
+    d_grad = _compare_grads(grads, ref_grads, f"{arch}/{attn}/{layout}")
+    _report(f"policy {arch}/{attn}/{layout}", logp=d_lp, entropy=d_ent, grad=d_grad)
 
 
 @pytest.mark.parametrize("layout,calls", [("shared", 2), ("packed", 2), ("one_call", 1), ("varlen", 1)])
 def test_model_calls_per_micro_batch(batch, layout, calls):
     """Forward calls per micro-batch of the shared-prompt layouts (policy and critic): the prompt pass
     and the response pass, or one call (ZeRO-3 gathers the parameters once per call, issue 37 point 9)."""
-    gs, packed = LAYOUTS[layout]
+    lay = LAYOUTS[layout]
     model = _model("llama", "sdpa").train()
     critic = _critic("llama", "sdpa")
     for net, body in ((model, model.model), (critic, critic.backbone)):
         seen = []
         hook = body.register_forward_pre_hook(lambda *_: seen.append(1))
         try:
-            for rows in _plan(batch, gs):
-                mb = make_micro_batch(batch.pids, batch.pmask, batch.rids, batch.rmask, rows, "cpu", gs, packed)
+            for rows in _plan(batch, lay):
+                mb = lay.micro_batch(_tokens(batch), rows, "cpu")
                 seen.clear()
                 if net is model:
-                    policy_forward(model, mb, temperature=TEMP, with_entropy=True)[0].sum().backward()
+                    lay.policy_forward(model, mb, temperature=TEMP, with_entropy=True)[0].sum().backward()
                 else:
-                    value_forward(critic, mb).sum().backward()
+                    lay.value_forward(critic, mb).sum().backward()
                 assert len(seen) == calls, (layout, type(net).__name__, len(seen))
         finally:
             hook.remove()
@@ -270,10 +268,9 @@ def test_batch_logprobs_matches_row_alone_reference(batch, arch, attn):
     ref_lp, _, _ = _policy_reference(arch, attn, batch)
     model = _model(arch, attn).eval()
     diffs = {}
-    for layout, (gs, packed) in LAYOUTS.items():
-        _plan(batch, gs)
-        full = batch_logprobs(model, batch.pids, batch.pmask, batch.rids, batch.rmask, token_budget=BUDGET,
-                              temperature=TEMP, device="cpu", group_size=gs, packed=packed)
+    for layout, lay in LAYOUTS.items():
+        _plan(batch, lay)
+        full = lay.logprobs(model, _tokens(batch), token_budget=BUDGET, temperature=TEMP, device="cpu")
         diffs[layout] = _compare_rows(full, ref_lp, batch, f"batch_logprobs {arch}/{attn}/{layout}")
     _report(f"batch_logprobs {arch}/{attn}", **diffs)
 
@@ -294,48 +291,60 @@ def test_values_match_row_alone_reference(batch, arch, attn):
     critic = _critic(arch, attn)
     ref_v, ref_grads = _reference_values(critic, batch)
     diffs = {}
-    for layout, (gs, packed) in LAYOUTS.items():
+    for layout, lay in LAYOUTS.items():
         critic.zero_grad(set_to_none=True)
         full = torch.zeros(batch.rids.shape)
-        for rows in _plan(batch, gs):
-            mb = make_micro_batch(batch.pids, batch.pmask, batch.rids, batch.rmask, rows, "cpu", gs, packed)
-            v = value_forward(critic, mb)
+        for rows in _plan(batch, lay):
+            mb = lay.micro_batch(_tokens(batch), rows, "cpu")
+            v = lay.value_forward(critic, mb)
             (batch.w_ent[rows, : mb.T] * v).sum().backward()
             full[rows, : mb.T] = v.detach()
         diffs[f"values {layout}"] = _compare_rows(full, ref_v, batch, f"values {arch}/{attn}/{layout}")
         diffs[f"grad {layout}"] = _compare_grads(_grads(critic), ref_grads, f"critic {arch}/{attn}/{layout}")
         with torch.no_grad():
-            bv = batch_values(critic, batch.pids, batch.pmask, batch.rids, batch.rmask, token_budget=BUDGET,
-                              device="cpu", group_size=gs, packed=packed)
+            bv = lay.values(critic, _tokens(batch), token_budget=BUDGET, device="cpu")
         diffs[f"batch_values {layout}"] = _compare_rows(bv, ref_v, batch, f"batch_values {arch}/{attn}/{layout}")
     _report(f"critic {arch}/{attn}", **diffs)
 
 
 # ---- negative controls: a wrong micro-batch builder must fail the comparison ---------------------
 
-def _response_positions_count_prompt_padding(*args, **kw):
+class _Mutated(Layout):
+    """``inner`` with each micro-batch changed by ``change`` before its forward."""
+
+    def __init__(self, inner: Layout, change):
+        super().__init__(inner.group_size)
+        self.inner, self.change, self.plans_real_tokens = inner, change, inner.plans_real_tokens
+
+    def micro_batch(self, tokens, rows, device="cpu"):
+        return self.change(self.inner.micro_batch(tokens, rows, device))
+
+    def policy_forward(self, model, mb, **kw):
+        return self.inner.policy_forward(model, mb, **kw)
+
+    def value_forward(self, critic, mb):
+        return self.inner.value_forward(critic, mb)
+
+
+def _response_positions_count_prompt_padding(mb):
     """Response positions start at the padded prompt width P, not at the row's own prompt length."""
-    mb = make_micro_batch(*args, **kw)
     pos = mb.position_ids.clone()
     pos[:, mb.P:] = mb.P + torch.arange(mb.T)
     return dataclasses.replace(mb, position_ids=pos)
 
 
-def _attend_to_padding(*args, **kw):
+def _attend_to_padding(mb):
     """An all-ones attention mask: the padding tokens become visible."""
-    mb = make_micro_batch(*args, **kw)
     return dataclasses.replace(mb, attention_mask=torch.ones_like(mb.attention_mask))
 
 
-def _response_shifted_by_one(*args, **kw):
+def _response_shifted_by_one(mb):
     """Off by one: each logit scores the token it was fed, not the one it predicts."""
-    mb = make_micro_batch(*args, **kw)
     return dataclasses.replace(mb, response_ids=mb.input_ids[:, mb.P - 1: mb.P - 1 + mb.T])
 
 
-def _prompt_positions_from_zero(*args, **kw):
+def _prompt_positions_from_zero(mb):
     """Positions counted from column 0 for the prompt, but from the row's real length for the response."""
-    mb = make_micro_batch(*args, **kw)
     pos = mb.position_ids.clone()
     pos[:, : mb.P] = torch.arange(mb.P)
     return dataclasses.replace(mb, position_ids=pos)
@@ -345,61 +354,56 @@ MUTATIONS = {f.__name__.lstrip("_"): f for f in (_response_positions_count_promp
                                                  _response_shifted_by_one, _prompt_positions_from_zero)}
 
 
-def _packed_responses_see_each_other(*args, **kw):
+def _packed_responses_see_each_other(mb):
     """Packed bins with a plain causal mask: a response attends to the responses packed before it."""
-    mb = make_packed_micro_batch(*args, **kw)
     mask = mb.attention_mask.clone()
     mask[..., mb.P:] |= torch.ones(mb.W, mb.W, dtype=torch.bool).tril()
     return dataclasses.replace(mb, attention_mask=mask)
 
 
-def _packed_positions_run_on(*args, **kw):
+def _packed_positions_run_on(mb):
     """Packed bins whose positions run on through the bin instead of restarting for each response."""
-    mb = make_packed_micro_batch(*args, **kw)
     start = mb.prompt_mask.sum(1)[mb.bin_group]
     return dataclasses.replace(mb, pos=start[:, None] + torch.arange(mb.W))
 
 
-def _packed_targets_shifted(*args, **kw):
+def _packed_targets_shifted(mb):
     """Packed bins where each column scores the token it was fed instead of the next one."""
-    mb = make_packed_micro_batch(*args, **kw)
     return dataclasses.replace(mb, targets=mb.ids)
 
 
-PACKED_MUTATIONS = {f.__name__.lstrip("_"): f for f in (_packed_responses_see_each_other, _packed_positions_run_on,
-                                                        _packed_targets_shifted)}
+# name -> (the layout mutated, the change)
+PACKED_MUTATIONS = {f.__name__.lstrip("_"): (Packed(G), f) for f in (
+    _packed_responses_see_each_other, _packed_positions_run_on, _packed_targets_shifted)}
 
 
-def _varlen_positions_run_on(*args, **kw):
+def _varlen_positions_run_on(mb):
     """Padding-free rows whose positions run on through the sequence: no boundary is found, every row
     attends to the rows before it."""
-    mb = make_varlen_micro_batch(*args[:6])
     return dataclasses.replace(mb, pos=torch.arange(mb.ids.shape[1])[None])
 
 
-def _varlen_keep_shifted(*args, **kw):
+def _varlen_keep_shifted(mb):
     """Padding-free rows scored one position late: each logit scores the token it was fed."""
-    mb = make_varlen_micro_batch(*args[:6])
     return dataclasses.replace(mb, keep=mb.keep + 1)
 
 
-def _varlen_first_position_wrong(*args, **kw):
+def _varlen_first_position_wrong(mb):
     """Padding-free rows where one token (the first row's first) has a wrong position."""
-    mb = make_varlen_micro_batch(*args[:6])
     pos = mb.pos.clone()
     pos[0, 0] = 7  # the first row's first token claims a later position: RoPE sees a different distance
     return dataclasses.replace(mb, pos=pos)
 
 
-PACKED_MUTATIONS.update({f.__name__.lstrip("_"): f for f in (_varlen_positions_run_on, _varlen_keep_shifted,
-                                                             _varlen_first_position_wrong)})
+PACKED_MUTATIONS.update({f.__name__.lstrip("_"): (Varlen(G), f) for f in (
+    _varlen_positions_run_on, _varlen_keep_shifted, _varlen_first_position_wrong)})
 
 
 @pytest.mark.parametrize("mutation", list(PACKED_MUTATIONS))
 def test_negative_control_mutated_packing_is_detected(batch, mutation):
     ref_lp, _, _ = _policy_reference("llama", "sdpa", batch)
     model = _model("llama", "sdpa").eval()
-    lp, _, _ = _mathrl_policy(model, batch, G, builder=PACKED_MUTATIONS[mutation], grad=False)
+    lp, _, _ = _mathrl_policy(model, batch, _Mutated(*PACKED_MUTATIONS[mutation]), grad=False)
 
     diff = _max_diff(lp, ref_lp)
     _report(f"negative control packed/{mutation}", logp=diff)
@@ -414,7 +418,7 @@ def test_negative_control_mutated_packing_is_detected(batch, mutation):
 def test_negative_control_mutated_builder_is_detected(batch, arch, mutation, gs):
     ref_lp, _, _ = _policy_reference(arch, "sdpa", batch)
     model = _model(arch, "sdpa").eval()
-    lp, _, _ = _mathrl_policy(model, batch, gs, builder=MUTATIONS[mutation], grad=False)
+    lp, _, _ = _mathrl_policy(model, batch, _Mutated(Padded(gs), MUTATIONS[mutation]), grad=False)
     diff = _max_diff(lp, ref_lp)
     _report(f"negative control {arch}/{mutation}/gs={gs}", logp=diff)
     with pytest.raises(AssertionError):
@@ -426,12 +430,11 @@ def test_constant_position_offset_is_invisible_under_rope(batch):
     """Why there is no 'positions count the left padding' control: RoPE attention depends on position
     differences only, so shifting a whole row's positions by its padding count changes nothing (to
     float32 rounding). Such a builder is not wrong for these models, and the comparison accepts it."""
-    def count_padding(*args, **kw):
-        mb = make_micro_batch(*args, **kw)
+    def count_padding(mb):
         return dataclasses.replace(mb, position_ids=torch.arange(mb.P + mb.T).expand_as(mb.position_ids))
 
     ref_lp, _, _ = _policy_reference("llama", "sdpa", batch)
-    lp, _, _ = _mathrl_policy(_model("llama", "sdpa").eval(), batch, 1, builder=count_padding, grad=False)
+    lp, _, _ = _mathrl_policy(_model("llama", "sdpa").eval(), batch, _Mutated(Padded(1), count_padding), grad=False)
     _report("constant offset llama/gs=1", logp=_compare_rows(lp, ref_lp, batch, "constant offset"))
 
 
@@ -468,23 +471,24 @@ def test_deepspeed_engine_matches_row_alone_reference(batch, process_group, arch
                           world_size=1)
     if stage == 3:  # the parameters really are partitioned: forwards gather them
         assert any(p.numel() == 0 for p in engine.module.parameters())
-    layout = layout_choice(engine, packed)  # ZeRO-3 packs in one call per micro-batch
-    assert layout == ("varlen" if packed == "varlen" else "one_call" if packed and stage == 3 else packed)
+    layout = choose_layout(engine, packed, G)  # ZeRO-3 packs in one call per micro-batch
+    assert layout.name == ("varlen" if packed == "varlen" else "packed-one-call" if packed and stage == 3
+                           else "packed" if packed else "shared-prompt")
     calls = []
     engine.module.register_forward_pre_hook(lambda *_: calls.append(1))
     diffs = {}
     for gs in (1, G):
         with torch.no_grad():
-            full = batch_logprobs(engine, batch.pids, batch.pmask, batch.rids, batch.rmask, token_budget=BUDGET,
-                                  temperature=TEMP, device="cpu", group_size=gs, packed=packed)
+            full = choose_layout(engine, packed, gs).logprobs(engine, _tokens(batch), token_budget=BUDGET,
+                                                              temperature=TEMP, device="cpu")
         diffs[f"batch_logprobs gs={gs}"] = _compare_rows(full, ref_lp, batch, f"engine z{stage} batch_logprobs")
     # policy_forward(engine, mb) with gradients, as the trainer runs it (one backward per micro-batch)
     lp_full, ent_full = torch.zeros(batch.rids.shape), torch.zeros(batch.rids.shape)
-    for rows in _plan(batch, G):
-        mb = make_micro_batch(batch.pids, batch.pmask, batch.rids, batch.rmask, rows, "cpu", G, layout)
+    for rows in _plan(batch, layout):
+        mb = layout.micro_batch(_tokens(batch), rows, "cpu")
         calls.clear()
-        lp, ent = policy_forward(engine, mb, temperature=TEMP, with_entropy=True)
-        assert len(calls) == (1 if layout in ("one_call", "varlen") else 2), (layout, len(calls))
+        lp, ent = layout.policy_forward(engine, mb, temperature=TEMP, with_entropy=True)
+        assert len(calls) == (1 if layout.name in ("packed-one-call", "varlen") else 2), (layout, len(calls))
         loss = (batch.w_lp[rows, : mb.T] * lp).sum() + (batch.w_ent[rows, : mb.T] * ent).sum()
         engine.backward(loss, scale_wrt_gas=False)
         lp_full[rows, : mb.T], ent_full[rows, : mb.T] = lp.detach(), ent.detach()
@@ -493,4 +497,4 @@ def test_deepspeed_engine_matches_row_alone_reference(batch, process_group, arch
     grads = {n: safe_get_full_grad(p) for n, p in engine.module.named_parameters()}
     diffs["grad"] = _compare_grads({n: g.float().reshape(ref_grads[n].shape) for n, g in grads.items()
                                     if g is not None}, ref_grads, f"engine z{stage} {arch}")
-    _report(f"engine {arch}/zero{stage}/{layout or 'padded'}", **diffs)
+    _report(f"engine {arch}/zero{stage}/{layout.name}", **diffs)

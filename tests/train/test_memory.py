@@ -73,7 +73,8 @@ def test_score_matrix_rule_matches_the_kernel_that_runs(impl, dropout):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from mathrl.train.forward import make_micro_batch, policy_forward
+    from mathrl.train.rows import ForwardBatch
+    from mathrl.train.layouts import Padded
 
     cfg = LlamaConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
@@ -89,9 +90,10 @@ def test_score_matrix_rule_matches_the_kernel_that_runs(impl, dropout):
     resp = torch.randint(10, 299, (g * G, T))
     rm = torch.ones_like(resp)
     rm[1, 7:] = 0
-    mb = make_micro_batch(prompt, pm, resp, rm, torch.arange(g * G), torch.device("cpu"), G)
+    layout = Padded(G)  # the trainer's shared-prompt layout
+    mb = layout.micro_batch(ForwardBatch(prompt, pm, resp, rm.bool()), torch.arange(g * G), torch.device("cpu"))
     with torch.profiler.profile() as prof:
-        logp, _ = policy_forward(model, mb, temperature=1.0)
+        logp, _ = layout.policy_forward(model, mb, temperature=1.0)
         (-logp.sum()).backward()
     ops = {e.name for e in prof.events()}
     fused = "aten::_scaled_dot_product_flash_attention_for_cpu" in ops

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from mathrl.algo.losses import policy_loss
-from mathrl.train.forward import make_micro_batch, policy_forward
-from mathrl.train.packing import make_packed_micro_batch
+from mathrl.train.rows import ForwardBatch
+from mathrl.train.layouts import Packed, Padded
 
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
@@ -61,12 +61,12 @@ def setup(embedded_model_path):
     return model, (pids, pmask, rids, rmask), adv, noise
 
 
-def _loss_and_grads(model, tensors, adv, noise, builder):
+def _loss_and_grads(model, tensors, adv, noise, layout):
     pids, pmask, rids, rmask = tensors
     rows = torch.arange(len(RLENS))
-    mb = builder(pids, pmask, rids, rmask, rows, "cpu", G)
+    mb = layout.micro_batch(ForwardBatch(pids, pmask, rids, rmask), rows, "cpu")
     model.zero_grad(set_to_none=True)
-    logp, ent = policy_forward(model, mb, temperature=0.7, with_entropy=True)
+    logp, ent = layout.policy_forward(model, mb, temperature=0.7, with_entropy=True)
     m = mb.response_mask
     old = (logp.detach() + noise[:, : mb.T]) * m  # old logprobs differ: the ratio is clipped on some tokens
     loss, st = policy_loss(logp, old, adv[:, : mb.T], m, clip_low=0.2, clip_high=0.28,
@@ -84,8 +84,8 @@ def _max_rel(a: dict, b: dict) -> float:
 @pytest.mark.slow  # the real model, two forward/backward passes
 def test_packed_update_equals_padded_on_the_real_model(setup):
     model, tensors, adv, noise = setup
-    loss_pad, clip_pad, g_pad, mb_pad = _loss_and_grads(model, tensors, adv, noise, make_micro_batch)
-    loss_pk, _, g_pk, mb_pk = _loss_and_grads(model, tensors, adv, noise, make_packed_micro_batch)
+    loss_pad, clip_pad, g_pad, mb_pad = _loss_and_grads(model, tensors, adv, noise, Padded(G))
+    loss_pk, _, g_pk, mb_pk = _loss_and_grads(model, tensors, adv, noise, Packed(G))
     real = int(tensors[3].sum())
     # what each layout computes: shared prompt once per group + G x max response, vs packed rows
     pad_slots = (len(RLENS) // G) * mb_pad.P + len(RLENS) * mb_pad.T
@@ -103,14 +103,15 @@ def test_packed_update_equals_padded_on_the_real_model(setup):
 def test_negative_control_responses_that_see_each_other_are_rejected(setup):
     model, tensors, adv, noise = setup
 
-    def leaky(*args, **kw):
-        mb = make_packed_micro_batch(*args, **kw)
-        mask = mb.attention_mask.clone()
-        mask[..., mb.P:] |= torch.ones(mb.W, mb.W, dtype=torch.bool).tril()
-        return dataclasses.replace(mb, attention_mask=mask)
+    class Leaky(Packed):
+        def micro_batch(self, *args, **kw):
+            mb = super().micro_batch(*args, **kw)
+            mask = mb.attention_mask.clone()
+            mask[..., mb.P:] |= torch.ones(mb.W, mb.W, dtype=torch.bool).tril()
+            return dataclasses.replace(mb, attention_mask=mask)
 
-    loss_pad, _, g_pad, _ = _loss_and_grads(model, tensors, adv, noise, make_micro_batch)
-    loss_bad, _, g_bad, _ = _loss_and_grads(model, tensors, adv, noise, leaky)
+    loss_pad, _, g_pad, _ = _loss_and_grads(model, tensors, adv, noise, Padded(G))
+    loss_bad, _, g_bad, _ = _loss_and_grads(model, tensors, adv, noise, Leaky(G))
     assert abs(loss_bad - loss_pad) > 1e-3 * max(1.0, abs(loss_pad)) or _max_rel(g_bad, g_pad) > 1e-2
     with pytest.raises(AssertionError):
         for k in g_pad:

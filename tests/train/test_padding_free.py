@@ -21,7 +21,9 @@ from mathrl.testing.tiny import build_tiny_model
 from mathrl.train import checkpoint as ckpt
 from mathrl.train import run
 from mathrl.train import varlen
-from mathrl.train.forward import layout_choice, make_micro_batch, plan_micro_batches
+from mathrl.train.rows import ForwardBatch
+from mathrl.train.forward import plan_micro_batches
+from mathrl.train.layouts import Varlen, choose_layout
 
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
@@ -35,14 +37,18 @@ class _Vocab:
 
 def test_layout_choice_by_attention_kernel_and_request():
     model = build_tiny_model(_Vocab(), seed=0, attn_implementation="sdpa")
-    assert [layout_choice(model, p) for p in (False, True, "one_call", "varlen")] == [False, True, "one_call", "varlen"]
+    def names(*requests, g=4):
+        return tuple(choose_layout(model, p, g).name for p in requests)
+
+    assert names(False, True, "one_call", "varlen") == ("shared-prompt", "packed", "packed-one-call", "varlen")
+    assert names(False, True, "one_call", g=1) == ("padded",) * 3  # one row per prompt: nothing to share
     # a kernel that takes packed sequences without a mask: packing means padding-free; off stays off
     for kernel in varlen.VARLEN_ATTENTION:
         model.config._attn_implementation = kernel
-        assert (layout_choice(model, True), layout_choice(model, False)) == ("varlen", False), kernel
+        assert names(True, False) == ("varlen", "shared-prompt"), kernel
     model.config._attn_implementation = "sdpa"
     model.gradient_checkpointing_enable()  # drops the prompt cache: padded, unless padding-free is asked for
-    assert (layout_choice(model, True), layout_choice(model, "varlen")) == (False, "varlen")
+    assert names(True, False, "varlen") == ("padded", "padded", "varlen")
 
 
 def test_real_token_budget_by_hand():
@@ -54,7 +60,7 @@ def test_real_token_budget_by_hand():
     assert [r.tolist() for r in plan_micro_batches(pm, rm, 10, real=True)] == [[0, 1], [2], [3]]
     assert [r.tolist() for r in plan_micro_batches(pm, rm, 10)] == [[0], [1], [2], [3]]
     ids = torch.arange(16).view(4, 4)
-    mb = make_micro_batch(ids, pm, ids + 100, rm, torch.tensor([0, 1]), packed="varlen")
+    mb = Varlen().micro_batch(ForwardBatch(ids, pm, ids + 100, rm), torch.tensor([0, 1]))
     assert mb.ids.tolist() == [[1, 2, 3, 100, 101, 7, 104, 105, 106, 107]]
     assert mb.pos.tolist() == [[0, 1, 2, 3, 4, 0, 1, 2, 3, 4]]
     assert mb.keep.tolist() == [2, 3, 5, 6, 7, 8] and mb.targets.tolist() == [[100, 101, 104, 105, 106, 107]]
@@ -78,12 +84,12 @@ def test_ppo_run_padding_free_ends_with_the_padded_runs_weights(digit_model_dir,
     built = []
     real = varlen.make_varlen_micro_batch
 
-    def spy(prompt_ids, prompt_mask, response_ids, response_mask, rows, *rest, **kw):
-        mb = real(prompt_ids, prompt_mask, response_ids, response_mask, rows, *rest, **kw)
+    def spy(tokens, rows, *rest, **kw):
+        mb = real(tokens, rows, *rest, **kw)
         built.append((mb.real_tokens, rows.numel()))
         return mb
 
-    monkeypatch.setattr("mathrl.train.forward.make_varlen_micro_batch", spy)
+    monkeypatch.setattr("mathrl.train.layouts.make_varlen_micro_batch", spy)
     weights, logs = {}, {}
     for name, extra in (("padded", ["train.packing=false", "train.share_prompt=false"]),
                         ("varlen", ["train.padding_free=true"])):

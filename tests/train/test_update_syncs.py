@@ -77,14 +77,14 @@ def test_update_reads_back_once_per_micro_batch(digit_model_dir, process_group, 
     import mathrl.train.update as tu
     from mathrl.algo.losses import global_normalizers
     from mathrl.config import load_config
-    from mathrl.train.forward import agreed_plan, plan_micro_batches
 
     batch, mask, adv, ref_logp = _batch()
     cfg = load_config(None, [f"model.name={digit_model_dir}", f"rollout.n={G}", f"train.batch_size={len(PROMPT_LENS)}",
                              "algo.kl_coef=0.1", "algo.entropy_coef=0.01", "deepspeed.zero_stage=2",
                              "train.micro_batch_tokens=25"])
     models = tm.build_models(cfg, process_group, total_steps=1)
-    plan = plan_micro_batches(batch.prompt_mask, mask, 25, group_size=tu.group_share(cfg))
+    layout = models.layouts["policy"]
+    plan = layout.plan(tu.ForwardBatch.of(batch, mask), 25)
     assert len(plan) == 4
     norms = global_normalizers([mask[r] for r in plan], reduce=None)  # one process
     tb = tu.TrainBatch(batch=batch, mask=mask, advantages=adv, ref_logp=ref_logp)
@@ -103,7 +103,7 @@ def test_update_reads_back_once_per_micro_batch(digit_model_dir, process_group, 
     for name in SYNC_METHODS:
         monkeypatch.setattr(torch.Tensor, name, wrap(name))
     stats: dict = {}
-    problem = tu.update_policy(cfg, process_group, models, tb, agreed_plan(plan, G), norms, stats)
+    problem = tu.update_policy(cfg, process_group, models, tb, layout.agreed(plan), norms, stats)
     monkeypatch.undo()
     assert problem is None
     # one per micro-batch, and the step's gradient norm (read in skip_or_step and for the metric)
