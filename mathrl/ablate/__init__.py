@@ -9,6 +9,6 @@
 
 from mathrl.ablate.driver import run_study
 from mathrl.ablate.methods import Task
-from mathrl.ablate.study import METHODS, VARIANTS, load_study
+from mathrl.ablate.study import VARIANTS, load_study
 
-__all__ = ["METHODS", "VARIANTS", "Task", "load_study", "run_study"]
+__all__ = ["VARIANTS", "Task", "load_study", "run_study"]

@@ -12,6 +12,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from mathrl.config.help import registry_help
+from mathrl.registry import ABLATION_METHODS
+
 __all__ = ["main", "build_parser"]
 
 
@@ -21,7 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a DeepSeekMath-style ablation study (RFT, online RFT, GRPO, PPO and variants) on one "
                     "machine, resuming a half-finished grid, and write report.md/report.json and the plots "
                     "accuracy_curve.png and maj_pass_at_k.png into the study folder.",
-        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1] + "\n" + "\n".join(registry_help(ABLATION_METHODS)))
     p.add_argument("study", help="study YAML, e.g. configs/ablations/cpu_demo.yaml")
     p.add_argument("overrides", nargs="*", help="config overrides key.sub=value applied to the base of every run "
                                                 "(a run's own overrides still win), e.g. data.path=FILE")

@@ -7,10 +7,13 @@
 * ``online_rft`` -- the same, but step ``s`` samples from the *current* policy.
 * ``grpo`` / ``ppo`` -- the RL step, :class:`mathrl.train.loop.RLMethod`.
 
-All four run on one :class:`~mathrl.train.trainer.Trainer` (start-up, models, resume, the memory fit,
-checkpoints by steps and by minutes, the stop with a save on NaN, ``metrics.jsonl`` and the checkpoint
-layout) and share steps 1-3 of the RL step, :func:`~mathrl.train.sampling.sample_and_grade` (the data
-order, prompts, sampling seeds and the verifier), so only the update rule differs. RFT's update
+The four are registered here, in :data:`mathrl.registry.ABLATION_METHODS` (name -> ``make(rft_opts)``, the
+trainer's :class:`~mathrl.train.trainer.Method`; metadata ``presets``: the config overrides the method implies,
+applied by :mod:`mathrl.ablate.study`; ``sft``: it fine-tunes on filtered samples). All four run on one
+:class:`~mathrl.train.trainer.Trainer` (start-up, models, resume, the memory fit, checkpoints by steps and by
+minutes, the stop with a save on NaN, ``metrics.jsonl`` and the checkpoint layout) and share steps 1-3 of the
+RL step, :func:`~mathrl.train.sampling.sample_and_grade` (the data order, prompts, sampling seeds and the
+verifier), so only the update rule differs. RFT's update
 (:class:`RFTMethod`) is one SFT step (:func:`mathrl.train.sft.sft_train_step`) with the configured
 learning rate and no KL term.
 """
@@ -24,7 +27,8 @@ from typing import Any, Callable
 
 import torch
 
-from mathrl.config import Config
+from mathrl.config import Config, ConfigError
+from mathrl.registry import ABLATION_METHODS
 from mathrl.train.checkpoint import TrainingError
 from mathrl.train.trainer import Method, Trainer
 
@@ -225,29 +229,47 @@ def _with_reward_terms(cfg: Config, terms: Mapping[str, Mapping | None]) -> Conf
     return replace(cfg, reward=replace(cfg.reward, terms={k: dict(v or {}) for k, v in terms.items()}))
 
 
+@ABLATION_METHODS.register("rft", presets={"algo.kl_coef": 0.0}, sft=True,
+                           doc="sample once from the initial policy, keep the correct responses, SFT on them")
+def _make_rft(rft_opts: Mapping[str, Any]) -> Method:
+    return RFTMethod(online=False, dedup=rft_opts.get("dedup", True), max_per_problem=rft_opts.get("max_per_problem"))
+
+
+@ABLATION_METHODS.register("online_rft", presets={"algo.kl_coef": 0.0}, sft=True,
+                           doc="sample from the current policy every step, keep the correct responses, one SFT step")
+def _make_online_rft(rft_opts: Mapping[str, Any]) -> Method:
+    return RFTMethod(online=True, dedup=rft_opts.get("dedup", True), max_per_problem=rft_opts.get("max_per_problem"))
+
+
+def _make_rl(rft_opts: Mapping[str, Any]) -> Method:
+    from mathrl.train.loop import RLMethod
+
+    return RLMethod()
+
+
+ABLATION_METHODS.register("grpo", _make_rl, presets={"algo.name": "grpo"}, sft=False,
+                          doc="the RL step with group-relative advantages (algo.name=grpo)")
+ABLATION_METHODS.register("ppo", _make_rl, presets={"algo.name": "ppo"}, sft=False,
+                          doc="the RL step with a critic and GAE (algo.name=ppo)")
+
+
 def run_method(method: str, cfg: Config, *, rft_opts: dict | None = None, task=None) -> int:
-    """Train ``cfg`` with ``method`` (rft, online_rft, grpo, ppo) into ``cfg.train.output_dir``.
+    """Train ``cfg`` with ``method`` (a name registered in :data:`~mathrl.registry.ABLATION_METHODS`: rft,
+    online_rft, grpo, ppo) into ``cfg.train.output_dir``; an unknown name raises
+    :class:`~mathrl.registry.UnknownNameError` (a ``ValueError``) naming the allowed ones.
 
     The training problems are passed to the :class:`~mathrl.train.trainer.Trainer` explicitly, so it
     skips its own before/after evaluation: the study evaluates every method the same way afterwards.
     """
     from mathrl.data.splits import load_training_problems
-    from mathrl.train.loop import RLMethod
 
+    make = ABLATION_METHODS.get(method)
     task = task or Task()
     if task.reward_terms is not None:
         cfg = _with_reward_terms(cfg, task.reward_terms)
     problems = task.train_problems if task.train_problems is not None else load_training_problems(cfg)
-    if method in ("rft", "online_rft"):
-        if cfg.rollout.staleness:
-            from mathrl.config import ConfigError
-
-            raise ConfigError(f"rollout.staleness = {cfg.rollout.staleness} with method {method}: asynchronous "
-                              "rollout is a GRPO/PPO option (RFT samples and fine-tunes in turn); set "
-                              "rollout.staleness=0 for this run")
-        o = rft_opts or {}
-        return Trainer(cfg, RFTMethod(online=method == "online_rft", dedup=o.get("dedup", True),
-                                      max_per_problem=o.get("max_per_problem")), problems=problems).fit()
-    if method in ("grpo", "ppo"):
-        return Trainer(cfg, RLMethod(), problems=problems).fit()
-    raise ValueError(f"unknown method {method!r}; allowed: rft, online_rft, grpo, ppo")
+    if ABLATION_METHODS.meta(method)["sft"] and cfg.rollout.staleness:
+        raise ConfigError(f"rollout.staleness = {cfg.rollout.staleness} with method {method}: asynchronous "
+                          "rollout is a GRPO/PPO option (RFT samples and fine-tunes in turn); set "
+                          "rollout.staleness=0 for this run")
+    return Trainer(cfg, make(rft_opts or {}), problems=problems).fit()

@@ -43,20 +43,9 @@ import yaml
 
 from mathrl.config import Config, ConfigError, set_value, validate
 from mathrl.config.loader import flatten_yaml
+from mathrl.registry import ABLATION_METHODS
 
-__all__ = ["DONE", "TRAINED", "METHODS", "VARIANTS", "RunSpec", "Study", "dump_study", "load_study", "run_config"]
-
-METHODS: dict[str, dict[str, Any]] = {
-    # sample once from the initial policy, keep the correct responses, SFT on them
-    "rft": {"algo.kl_coef": 0.0},
-    # sample from the current policy every step, keep the correct responses, one SFT step
-    "online_rft": {"algo.kl_coef": 0.0},
-    "grpo": {"algo.name": "grpo"},
-    "ppo": {"algo.name": "ppo"},
-}
-"""Method name -> the config presets it implies (the RFT methods train without a KL term)."""
-
-SFT_METHODS = ("rft", "online_rft")
+__all__ = ["DONE", "TRAINED", "VARIANTS", "RunSpec", "Study", "dump_study", "load_study", "run_config"]
 
 # the files that mark a run of a study as done (written last) and as trained (evaluation pending)
 DONE = "DONE.json"
@@ -271,15 +260,15 @@ def load_study(path: str | Path, out: str | Path | None = None, overrides: list[
                               f"{', '.join(sorted(RUN_KEYS))}")
         run_seeds = _check_seeds(r["seeds"], f"{where}: run #{i + 1}", "seeds") if "seeds" in r else seeds
         method = r.get("method")
-        if method not in METHODS:
-            raise ConfigError(f"{where}: run #{i + 1}: method = {method!r}; allowed: {', '.join(METHODS)}")
+        if method not in ABLATION_METHODS:
+            raise ConfigError(f"{where}: run #{i + 1}: method = {method!r}; allowed: {', '.join(ABLATION_METHODS)}")
         variants = r.get("variant") or []
         variants = [variants] if isinstance(variants, str) else list(variants)
         for v in variants:
             if v not in VARIANTS:
                 raise ConfigError(f"{where}: run #{i + 1}: variant = {v!r}; allowed: {', '.join(VARIANTS)}")
         ovr = [(k, v, f"{where} (run #{i + 1} overrides)") for k, v in _flatten(r.get("overrides"), where)]
-        pre = [(k, v, f"method {method!r}") for k, v in METHODS[method].items()]
+        pre = [(k, v, f"method {method!r}") for k, v in ABLATION_METHODS.meta(method)["presets"].items()]
         for vname in variants:
             pre += [(k, v, f"variant {vname!r}") for k, v in VARIANTS[vname].items()]
         rft_opts = {**study_rft, **_check_rft(r.get("rft"), where)}

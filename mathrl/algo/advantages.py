@@ -8,9 +8,9 @@ float or bool ``[N, T]`` tensor marking real response tokens; ``group_index`` is
 Padding contract: values at positions where ``mask`` is 0 never change any output.
 Token-level outputs are exactly 0 at padding positions.
 
-Estimators (registered with :func:`register_estimator`; :data:`ESTIMATORS` maps the config name to
-its :class:`EstimatorSpec`, and config validation, ``mathrl train --help`` and the trainer read it, so
-adding an estimator means adding one decorated function here):
+Estimators (registered with :func:`register_estimator` in :data:`mathrl.registry.ESTIMATORS`, which maps
+the config name to its :class:`EstimatorSpec`; config validation, ``mathrl train --help`` and the trainer
+read it, so adding an estimator means adding one decorated function here):
 
 =============  ===========  ==========================================================
 name           level        source
@@ -37,6 +37,8 @@ from typing import Any, Callable, Literal, TypeVar
 
 import torch
 from torch import Tensor
+
+from mathrl.registry import ESTIMATORS, UnknownNameError
 
 __all__ = [
     "ESTIMATORS",
@@ -93,11 +95,6 @@ class EstimatorSpec:
     doc: str
 
 
-ESTIMATORS: dict[str, EstimatorSpec] = {}
-"""Config name (``algo.advantage``) -> :class:`EstimatorSpec`, in registration order. Filled by
-:func:`register_estimator`; everything else (config validation, ``--help``, the trainer) reads it."""
-
-
 def register_estimator(name: str, *, level: Literal["sequence", "token"], needs_critic: bool = False,
                        min_group: int = 1, params: tuple[str, ...] = (), whiten: bool = False,
                        doc: str | None = None) -> Callable[[F], F]:
@@ -122,22 +119,21 @@ def register_estimator(name: str, *, level: Literal["sequence", "token"], needs_
 
     def deco(fn: F) -> F:
         line = doc if doc is not None else ((fn.__doc__ or "").strip().splitlines() or [""])[0]
-        ESTIMATORS[name] = EstimatorSpec(name=name, fn=fn, level=level, needs_critic=needs_critic,
-                                         min_group=min_group, params=tuple(params), whiten=whiten,
-                                         doc=line.strip())
+        ESTIMATORS.register(name, EstimatorSpec(name=name, fn=fn, level=level, needs_critic=needs_critic,
+                                                min_group=min_group, params=tuple(params), whiten=whiten,
+                                                doc=line.strip()))
         return fn
 
     return deco
 
 
 def get_estimator_spec(name: str) -> EstimatorSpec:
-    """The :class:`EstimatorSpec` of ``name``; unknown names raise ``ValueError`` naming the allowed ones."""
-    try:
-        return ESTIMATORS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown advantage estimator {name!r}; allowed: {', '.join(sorted(ESTIMATORS))}"
-        ) from None
+    """The :class:`EstimatorSpec` of ``name``; an unknown name raises
+    :class:`~mathrl.registry.UnknownNameError` (a ``ValueError``) naming the allowed ones, sorted."""
+    spec = ESTIMATORS.get(name, None)
+    if spec is None:
+        raise UnknownNameError(ESTIMATORS.kind, name, sorted(ESTIMATORS))
+    return spec
 
 
 def get_advantage_estimator(name: str) -> Callable[..., object]:

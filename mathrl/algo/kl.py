@@ -15,30 +15,34 @@ k3      ``r - log r - 1``               unbiased, low variance, >= 0 (= 0 iff r 
                                         Shao et al. 2024, eq. 4)
 ======  ==============================  ===========================================
 
-``KL_ESTIMATORS`` maps the kind to the function; :func:`estimate` dispatches by name.
+Each is registered by its kind in :data:`mathrl.registry.KL_ESTIMATORS` (the choices of
+``algo.kl_estimator``); :func:`estimate` dispatches by name.
 """
 
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 from torch import Tensor
+
+from mathrl.registry import KL_ESTIMATORS
 
 __all__ = ["KL_ESTIMATORS", "estimate", "k1", "k2", "k3"]
 
 
+@KL_ESTIMATORS.register("k1", doc="logp - ref_logp: unbiased, high variance, can be negative")
 def k1(logp: Tensor, ref_logp: Tensor) -> Tensor:
     """``k1 = logp - ref_logp`` (Schulman 2020). Unbiased estimate of KL(pi || pi_ref)."""
     return logp - ref_logp
 
 
+@KL_ESTIMATORS.register("k2", doc="0.5 * (logp - ref_logp)^2: biased, low variance, >= 0")
 def k2(logp: Tensor, ref_logp: Tensor) -> Tensor:
     """``k2 = 0.5 * (logp - ref_logp)^2`` (Schulman 2020). Non-negative, biased."""
     d = logp - ref_logp
     return 0.5 * d * d
 
 
+@KL_ESTIMATORS.register("k3", doc="r - log r - 1 with r = pi_ref / pi: unbiased, low variance, >= 0 (GRPO)")
 def k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
     """``k3 = exp(ref_logp - logp) - (ref_logp - logp) - 1`` (Schulman 2020; DeepSeekMath eq. 4).
 
@@ -47,10 +51,6 @@ def k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
     x = ref_logp - logp
     # expm1(x) - x is e^x - 1 - x computed without cancellation for small |x|.
     return torch.expm1(x) - x
-
-
-KL_ESTIMATORS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {"k1": k1, "k2": k2, "k3": k3}
-"""Kind name -> estimator ``fn(logp, ref_logp) -> per-token KL``."""
 
 
 def estimate(
@@ -74,12 +74,7 @@ def estimate(
       ``k3``'s exponential cannot overflow (verl uses c = 20). Clamped positions get
       no gradient.
     """
-    try:
-        fn = KL_ESTIMATORS[kind]
-    except KeyError:
-        raise ValueError(
-            f"unknown KL estimator {kind!r}; allowed: {', '.join(sorted(KL_ESTIMATORS))}"
-        ) from None
+    fn = KL_ESTIMATORS.get(kind)  # an unknown kind: UnknownNameError, a ValueError naming the allowed ones
     if logp.shape != ref_logp.shape:
         raise ValueError(
             f"logp shape {tuple(logp.shape)} does not match ref_logp shape {tuple(ref_logp.shape)}"

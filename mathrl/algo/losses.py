@@ -7,8 +7,8 @@ and entropies these losses take come from :mod:`mathrl.algo.logprobs`.
 
 Aggregation and the global normaliser
 -------------------------------------
-A loss is first a per-token matrix ``l[i, t]``; :func:`agg_loss` reduces it with one of
-``LOSS_AGG_MODES``:
+A loss is first a per-token matrix ``l[i, t]``; :func:`agg_loss` reduces it with one of the modes
+registered in :data:`mathrl.registry.LOSS_AGG_MODES` (the choices of ``algo.loss_agg``):
 
 ===========================  =================================================  ===================
 mode                         formula for one micro-batch                        invariant when
@@ -37,10 +37,12 @@ multiplied by ``world_size * accumulation_steps`` to compensate.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Sequence
+from typing import NamedTuple, Sequence
 
 import torch
 from torch import Tensor
+
+from mathrl.registry import LOSS_AGG_MODES, POLICY_LOSSES
 
 __all__ = [
     "LOSS_AGG_MODES",
@@ -83,20 +85,25 @@ def _seq_count(m: Tensor, norm_seqs: float | Tensor | None) -> Tensor | float:
     return m.any(dim=-1).sum().clamp(min=1)
 
 
+@LOSS_AGG_MODES.register("token-mean", doc="mean over the tokens of the whole step (DAPO)")
 def _agg_token_mean(lm, m, norm_tokens, norm_seqs, norm_const):
     denom = norm_tokens if norm_tokens is not None else m.sum().clamp(min=1)
     return lm.sum() / denom
 
 
+@LOSS_AGG_MODES.register("seq-mean-token-mean", doc="mean over responses of each response's token mean (GRPO)")
 def _agg_seq_mean_token_mean(lm, m, norm_tokens, norm_seqs, norm_const):
     per_seq = lm.sum(dim=-1) / m.sum(dim=-1).clamp(min=1)
     return per_seq.sum() / _seq_count(m, norm_seqs)
 
 
+@LOSS_AGG_MODES.register("seq-mean-token-sum", doc="mean over responses of each response's token sum")
 def _agg_seq_mean_token_sum(lm, m, norm_tokens, norm_seqs, norm_const):
     return lm.sum() / _seq_count(m, norm_seqs)
 
 
+@LOSS_AGG_MODES.register("seq-mean-token-sum-norm",
+                         doc="token sums over algo.norm_const, mean over responses (Dr. GRPO)")
 def _agg_seq_mean_token_sum_norm(lm, m, norm_tokens, norm_seqs, norm_const):
     if norm_const is None:
         raise ValueError(
@@ -104,15 +111,6 @@ def _agg_seq_mean_token_sum_norm(lm, m, norm_tokens, norm_seqs, norm_const):
             "maximum response length); it must not depend on the micro-batch"
         )
     return lm.sum() / norm_const / _seq_count(m, norm_seqs)
-
-
-LOSS_AGG_MODES: dict[str, Callable[..., Tensor]] = {
-    "token-mean": _agg_token_mean,
-    "seq-mean-token-mean": _agg_seq_mean_token_mean,
-    "seq-mean-token-sum": _agg_seq_mean_token_sum,
-    "seq-mean-token-sum-norm": _agg_seq_mean_token_sum_norm,
-}
-"""Aggregation mode name -> reducer; see the module docstring for the formulas."""
 
 
 def agg_loss(
@@ -131,12 +129,7 @@ def agg_loss(
     and :func:`global_normalizers`); ``norm_const`` is Dr. GRPO's constant for
     ``seq-mean-token-sum-norm`` (required there).
     """
-    try:
-        fn = LOSS_AGG_MODES[agg]
-    except KeyError:
-        raise ValueError(
-            f"unknown loss aggregation mode {agg!r}; allowed: {', '.join(LOSS_AGG_MODES)}"
-        ) from None
+    fn = LOSS_AGG_MODES.get(agg)  # an unknown mode: UnknownNameError, a ValueError naming the allowed ones
     if loss_mat.dim() != 2:
         raise ValueError(f"loss_mat must be [N, T], got shape {tuple(loss_mat.shape)}")
     _check_norm("norm_tokens", norm_tokens)
@@ -405,12 +398,14 @@ def cispo_loss(
     return loss, _ratio_stats(r, log_ratio, m, low, high, torch.zeros_like(m))
 
 
-POLICY_LOSSES: dict[str, Callable[..., tuple[Tensor, dict[str, Tensor]]]] = {
-    "ppo": policy_loss,
-    "gspo": gspo_loss,
-    "cispo": cispo_loss,
-}
-"""``algo.policy_loss`` name -> loss function (all share :func:`policy_loss`'s signature)."""
+# ``algo.policy_loss`` name -> loss function; all share :func:`policy_loss`'s signature.
+POLICY_LOSSES.register("ppo", policy_loss, doc="token-level clipped ratio (PPO, Schulman et al. 2017)")
+POLICY_LOSSES.register(
+    "gspo", gspo_loss, doc="one ratio per response, the geometric mean of its token ratios, clipped per response "
+    "(Zheng et al. 2025; use loss_agg=seq-mean-token-mean and the paper's clip_low=3e-4, clip_high=4e-4)")
+POLICY_LOSSES.register(
+    "cispo", cispo_loss, doc="the clipped ratio as a constant weight on every token's logprob gradient, so clipped "
+    "tokens still learn (MiniMax-M1 2025)")
 
 
 def value_loss(

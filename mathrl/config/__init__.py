@@ -9,20 +9,15 @@ Sources, applied in order: the dataclass defaults, a YAML recipe (``configs/*.ya
 raise :class:`ConfigError` whose one-line message names the key, the value, where it came from (file and
 line, or the command line) and what is allowed. Validation happens before any work starts.
 
-Modules: :mod:`mathrl.config.schema` (the dataclasses and :func:`option`) and
-:mod:`mathrl.config.loader` (YAML and override parsing, validation, help text). The names below are the
+Modules: :mod:`mathrl.config.schema` (the dataclasses and :func:`option`),
+:mod:`mathrl.config.loader` (YAML and override parsing, validation) and :mod:`mathrl.config.help` (the
+help text). The package is a leaf: the names a field allows come from :mod:`mathrl.registry`, which
+imports the modules that register them by name, so nothing here imports another part of mathrl. The names below are the
 public API; import them from ``mathrl.config``.
 """
 
-from mathrl.config.loader import (
-    ConfigError,
-    describe_fields,
-    dump_yaml,
-    help_text,
-    load_config,
-    set_value,
-    validate,
-)
+from mathrl.config.help import describe_fields, help_text
+from mathrl.config.loader import ConfigError, dump_yaml, load_config, set_value, validate
 from mathrl.config.schema import (
     AlgoConfig,
     Config,

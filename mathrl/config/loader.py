@@ -20,8 +20,9 @@ import yaml
 
 from mathrl.config.schema import Config
 from mathrl.errors import InputError
+from mathrl.registry import ESTIMATORS, SOURCES
 
-__all__ = ["ConfigError", "load_config", "set_value", "validate", "describe_fields", "help_text", "dump_yaml"]
+__all__ = ["ConfigError", "load_config", "set_value", "validate", "dump_yaml", "field_type_name", "section_classes"]
 
 
 class ConfigError(InputError, ValueError):
@@ -35,7 +36,8 @@ def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def _section_classes() -> dict[str, type]:
+def section_classes() -> dict[str, type]:
+    """Section name (``algo``) -> its dataclass (:class:`~mathrl.config.schema.AlgoConfig`), in order."""
     return {name: tp for name, tp in _hints(Config).items()}
 
 
@@ -54,7 +56,8 @@ def _type_name(tp: Any) -> str:
     return {int: "an integer", float: "a finite number", str: "a string", bool: "true/false"}.get(tp, str(tp))
 
 
-def _field_type_name(tp: Any, meta: dict) -> str:
+def field_type_name(tp: Any, meta: dict) -> str:
+    """What a field allows, in words: its ``choices`` (read now, from their registry) or its type."""
     choices = meta.get("choices")
     if choices is not None:
         return "one of " + ", ".join(repr(c) for c in choices())
@@ -216,7 +219,7 @@ def set_value(cfg: Config, key: str, value: Any, *, origin: str | None = None, f
     ``question`` of ``data.fields`` and keeps its other entries."""
     where = _where(origin)
     parts = key.split(".")
-    sections = _section_classes()
+    sections = section_classes()
     if parts[0] not in sections:
         raise ConfigError(f"unknown key '{key}'{where}; {_suggest(parts[0], list(sections))}"
                           f"sections: {', '.join(sections)}")
@@ -239,7 +242,7 @@ def set_value(cfg: Config, key: str, value: Any, *, origin: str | None = None, f
             item = _coerce(value, val_tp, from_cli)
         except _Bad:
             raise ConfigError(f"{key} = {value!r}{where}: wrong type or value; allowed: "
-                              f"{_field_type_name(val_tp, {})}") from None
+                              f"{field_type_name(val_tp, {})}") from None
         current = getattr(getattr(cfg, section_name), name)
         value, from_cli = {**(current or {}), entry: item}, False
     try:
@@ -249,7 +252,7 @@ def set_value(cfg: Config, key: str, value: Any, *, origin: str | None = None, f
             raise _Bad
     except _Bad:
         raise ConfigError(f"{key} = {value!r}{where}: wrong type or value; allowed: "
-                          f"{_field_type_name(hints[name], meta)}") from None
+                          f"{field_type_name(hints[name], meta)}") from None
     _check_field(key, coerced, meta, where)
     _check_bounds(key, coerced, meta, where)
     if isinstance(coerced, list):
@@ -325,7 +328,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 
 
 def _field_meta(section: str, name: str) -> dict:
-    return dict({f.name: f for f in dataclasses.fields(_section_classes()[section])}[name].metadata)
+    return dict({f.name: f for f in dataclasses.fields(section_classes()[section])}[name].metadata)
 
 
 def validate(cfg: Config) -> None:
@@ -334,8 +337,6 @@ def validate(cfg: Config) -> None:
     # (grpo, dr_grpo) or undefined (rloo's leave-one-out mean over G - 1 = 0 others), so every advantage
     # is 0, the policy gradient vanishes and the run would spend its whole budget learning nothing while
     # its logs look normal. A warning scrolls past in a days-long log; the fix is one override.
-    from mathrl.algo.advantages import ESTIMATORS
-
     allowed = ("auto", *ESTIMATORS)
     if cfg.algo.advantage not in allowed:
         raise ConfigError(f"algo.advantage = {cfg.algo.advantage!r}: unknown advantage estimator; allowed: "
@@ -415,77 +416,11 @@ def validate(cfg: Config) -> None:
     if cfg.deepspeed.config_path is not None and not Path(cfg.deepspeed.config_path).is_file():
         raise ConfigError(f"deepspeed.config_path = {cfg.deepspeed.config_path!r}: file not found")
     if cfg.data.fields is not None:
-        from mathrl.data.sources import SOURCES
-
         readers = [n for n, spec in SOURCES.items() if "fields" in spec.options]
         if cfg.data.source not in readers:
             raise ConfigError(f"data.fields = {cfg.data.fields}: data.source = {cfg.data.source!r} has its own field "
                               f"names; only {', '.join(readers)} reads data.fields (set data.source="
                               f"{readers[0]} and data.path to your file, or remove data.fields)")
-
-
-# --------------------------------------------------------------------------- help text
-
-
-def _fmt_default(f: dataclasses.Field) -> str:
-    if f.default is not dataclasses.MISSING:
-        v = f.default
-    elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-        v = f.default_factory()  # type: ignore[misc]
-    else:
-        v = None
-    return "null" if v is None else yaml.safe_dump(v, default_flow_style=True).strip().removesuffix("...").strip()
-
-
-def describe_fields() -> list[tuple[str, str, str, str]]:
-    """(key, type, default, doc) for every field, in declaration order."""
-    rows = []
-    for section, cls in _section_classes().items():
-        hints = _hints(cls)
-        for f in dataclasses.fields(cls):
-            rows.append((f"{section}.{f.name}", _field_type_name(hints[f.name], dict(f.metadata)), _fmt_default(f),
-                         f.metadata["doc"]))
-    return rows
-
-
-def help_text(width: int = 100) -> str:
-    import textwrap
-
-    lines = ["Configuration fields (set in a YAML recipe or as key=value on the command line):", ""]
-    current = None
-    for key, tp, default, doc in describe_fields():
-        section = key.split(".")[0]
-        if section != current:
-            lines.append(f"[{section}]")
-            current = section
-        lines.append(f"  {key} = {default}    ({tp})")
-        lines.extend(textwrap.wrap(doc, width=width, initial_indent="      ", subsequent_indent="      "))
-    lines.extend(["", *_registry_help(width)])
-    return "\n".join(lines)
-
-
-def _registry_help(width: int) -> list[str]:
-    """The registered advantage estimators and reward terms, one entry each, for ``--help``."""
-    import textwrap
-
-    from mathrl.algo.advantages import ESTIMATORS
-    from mathrl.reward.rewards import REWARDS, reward_term_params
-
-    lines = ["Advantage estimators (algo.advantage; registered in mathrl/algo/advantages.py):"]
-    for s in ESTIMATORS.values():
-        facts = [f"{s.level} level", f"rollout.n >= {s.min_group}"]
-        if s.needs_critic:
-            facts.append("critic")
-        if s.params:
-            facts.append("reads " + ", ".join(f"algo.{p}" for p in s.params))
-        lines.append(f"  {s.name}    ({'; '.join(facts)})")
-        lines.extend(textwrap.wrap(s.doc, width=width, initial_indent="      ", subsequent_indent="      "))
-    lines.extend(["", "Reward terms (reward.terms; registered in mathrl/reward/rewards.py):"])
-    for name, term in REWARDS.items():
-        params = reward_term_params(name)
-        lines.append(f"  {name}    (params: weight{''.join(', ' + p for p in params)})")
-        lines.extend(textwrap.wrap(term.doc, width=width, initial_indent="      ", subsequent_indent="      "))
-    return lines
 
 
 def dump_yaml(cfg: Config) -> str:

@@ -2,8 +2,11 @@
 
 Every field is declared with :func:`option`, which records its meaning, the reason for its default,
 its numeric bounds and, for fields whose allowed values come from a registry (``algo.advantage``,
-``reward.terms``), the registry lookup; ``mathrl train --help`` prints them. Loading, overrides and
-validation live in :mod:`mathrl.config.loader`.
+``algo.policy_loss``, ``algo.loss_agg``, ``algo.kl_estimator``, ``rollout.backend``; ``reward.terms``,
+``model.lora`` and ``data.fields`` through :data:`mathrl.registry.FIELD_CHECKS`), the registry lookup;
+``mathrl train --help`` prints them. This package is a leaf: it reads the registries of
+:mod:`mathrl.registry` (which import their home modules by name when read) and imports no other part of
+mathrl. Loading, overrides and validation live in :mod:`mathrl.config.loader`.
 """
 
 from __future__ import annotations
@@ -13,8 +16,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
-__all__ = ["option", "Config", "ModelConfig", "DataConfig", "RolloutConfig", "RewardConfig", "AlgoConfig",
-           "TrainConfig", "DeepSpeedConfig", "LoggingConfig", "EvalConfig"]
+from mathrl.registry import (ESTIMATORS, FIELD_CHECKS, KL_ESTIMATORS, LOSS_AGG_MODES, POLICY_LOSSES, ROLLOUT_BACKENDS,
+                             Registry)
+
+__all__ = ["option", "registry_choices", "registered_check", "Config", "ModelConfig", "DataConfig", "RolloutConfig",
+           "RewardConfig", "AlgoConfig", "TrainConfig", "DeepSpeedConfig", "LoggingConfig", "EvalConfig"]
 
 
 def option(default: Any, doc: str, *, ge: float | None = None, gt: float | None = None,
@@ -32,37 +38,20 @@ def option(default: Any, doc: str, *, ge: float | None = None, gt: float | None 
     return field(default=default, metadata=meta)
 
 
-def _advantage_choices() -> tuple[str, ...]:
-    from mathrl.algo.advantages import ESTIMATORS
-
-    return ("auto", *ESTIMATORS)
-
-
-def _policy_loss_choices() -> tuple[str, ...]:
-    from mathrl.algo.losses import POLICY_LOSSES
-
-    return tuple(POLICY_LOSSES)
+def registry_choices(registry: Registry[Any], *extra: str) -> Callable[[], tuple[str, ...]]:
+    """``choices=`` for a field whose values are the names of ``registry``, after the ``extra`` ones (``auto``)."""
+    return lambda: (*extra, *registry.names())
 
 
-def _check_lora(spec: Any) -> None:
-    if spec is not None:
-        from mathrl.models.lora import check_lora
+def registered_check(key: str) -> Callable[[Any], None]:
+    """``check=`` for the structured field ``key``: the check registered for it in
+    :data:`~mathrl.registry.FIELD_CHECKS` by the module that owns its rules (``None`` passes)."""
 
-        check_lora(spec)  # LoraSpecError is a ValueError naming its key
+    def check(value: Any) -> None:
+        if value is not None:
+            FIELD_CHECKS.get(key)(value)  # LoraSpecError, RewardTermError, DataError: ValueErrors naming the key
 
-
-def _check_reward_terms(terms: Any) -> None:
-    if terms is not None:
-        from mathrl.reward.rewards import check_reward_terms
-
-        check_reward_terms(terms)
-
-
-def _check_data_fields(fields: Any) -> None:
-    if fields is not None:
-        from mathrl.data.sources import check_fields
-
-        check_fields(fields)  # DataError is a ValueError
+    return check
 
 
 # --------------------------------------------------------------------------- sections
@@ -106,21 +95,21 @@ class ModelConfig:
         "target_modules: all-linear, merged_checkpoints: true} (each key optional; e.g. model.lora.r=8). The "
         "reference model is the policy with its adapters switched off (no second copy); vLLM gets the merged "
         "weights; checkpoints hold the adapter (adapter/, peft format) and, with merged_checkpoints, the merged "
-        "model (policy/). None = full fine-tuning. The PPO critic stays a full model.", check=_check_lora)
+        "model (policy/). None = full fine-tuning. The PPO critic stays a full model.", check=registered_check("model.lora"))
 
 
 @dataclass
 class DataConfig:
-    source: str = option("synthetic", "Training problems: synthetic, gsm8k, math, math500, minerva_math, aime24, "
-                         "amc23, svamp, asdiv, or jsonl (your own .jsonl/.json/.parquet file at data.path, "
-                         "field names in data.fields). The sources are registered in mathrl/data/sources.py.")
+    source: str = option("synthetic", "Training problems: a source registered in mathrl/data/sources.py (listed "
+                         "at the end of --help), e.g. jsonl for your own .jsonl/.json/.parquet file at data.path, "
+                         "field names in data.fields.")
     path: Optional[str] = option(None, "Local .jsonl/.json/.parquet file for the source; default: its hub name.")
     split: str = option("train", "Dataset split when loading from the hub.")
     limit: Optional[int] = option(None, "Use only the first N problems (None = all).", ge=1)
     skip_bad_rows: bool = option(False, "Skip and count rows that cannot be mapped to a problem instead of "
                                  "stopping with the file and line at fault.")
-    template: str = option("chat_boxed_oneshot", "Prompt template: chat_boxed, chat_boxed_oneshot (one worked "
-                           "example; helps small models use \\boxed{}), fewshot_plain (base models).")
+    template: str = option("chat_boxed_oneshot", "Prompt template, registered in mathrl/data/templates.py (listed "
+                           "at the end of --help).")
     system_prompt: Optional[str] = option(None, "System message for chat templates (None = the model's default).")
     synthetic_level: int = option(1, "Difficulty of the synthetic task (1 = easiest); the default was chosen so "
                                   "that SmolLM2-135M-Instruct's pass@8 is neither near 0 nor near 1.", ge=1, le=10)
@@ -146,14 +135,15 @@ class DataConfig:
         "'answer'. A row without one of the fields stops the load with its file, line and field (or is "
         "skipped with data.skip_bad_rows). Only for sources that take field names (jsonl); it names the fields "
         "of data.path and of the held-out file read for the same source (data.eval_path).",
-        check=_check_data_fields)
+        check=registered_check("data.fields"))
 
 
 @dataclass
 class RolloutConfig:
-    backend: Literal["auto", "vllm", "hf"] = option(
-        "auto", "Generation engine. auto = vLLM when importable (or rollout.vllm_python is set), else "
-        "transformers (hf).")
+    backend: str = option(
+        "auto", "Generation engine (the registered backends are listed at the end of --help). auto = vLLM when "
+        "importable (or rollout.vllm_python is set), else transformers (hf).",
+        choices=registry_choices(ROLLOUT_BACKENDS, "auto"))
     n: int = option(8, "G, samples per prompt. GRPO's baseline is the group mean, so the group estimators "
                     "(grpo, dr_grpo, rloo) need G >= 2: with G = 1 every advantage is 0 and the run is refused.",
                     ge=1)
@@ -250,7 +240,7 @@ class RewardConfig:
         "{correctness: {}, format: {bonus: 0.1}, length: {coef: 0.5, buffer: 64}} (the registered terms and "
         "their parameters are listed at the end of --help). None = built from the shorthands "
         "reward.function, reward.format_bonus and reward.overlong_penalty/overlong_buffer, which must then "
-        "stay at their defaults.", check=_check_reward_terms)
+        "stay at their defaults.", check=registered_check("reward.terms"))
 
 
 @dataclass
@@ -258,13 +248,15 @@ class AlgoConfig:
     name: Literal["grpo", "ppo"] = option("grpo", "Algorithm preset. grpo: group-relative advantages, KL (k3) "
                                           "in the loss. ppo: critic + GAE, KL (k1) in the per-token reward.")
     advantage: str = option(
-        "auto", "Advantage estimator; auto = grpo for algo.name=grpo, gae for ppo.", choices=_advantage_choices)
+        "auto", "Advantage estimator; auto = grpo for algo.name=grpo, gae for ppo.",
+        choices=registry_choices(ESTIMATORS, "auto"))
     kl_coef: float = option(0.04, "beta, weight of the KL to the reference model (DeepSeekMath: 0.04). 0 = no "
                             "reference model is loaded.", ge=0.0)
-    kl_estimator: Literal["auto", "k1", "k2", "k3"] = option(
-        "auto", "KL estimator (Schulman 2020). auto = k3 when the KL is in the loss (DeepSeekMath eq. 4: "
-        "non-negative, low variance) and k1 when it is a per-token reward penalty (InstructGPT/PPO and "
-        "REINFORCE++: log pi - log pi_ref). k1 in the loss is refused: its expected gradient is zero.")
+    kl_estimator: str = option(
+        "auto", "KL estimator (Schulman 2020; mathrl/algo/kl.py). auto = k3 when the KL is in the loss "
+        "(DeepSeekMath eq. 4: non-negative, low variance) and k1 when it is a per-token reward penalty (InstructGPT/PPO and "
+        "REINFORCE++: log pi - log pi_ref). k1 in the loss is refused: its expected gradient is zero.",
+        choices=registry_choices(KL_ESTIMATORS, "auto"))
     ref_update_every: int = option(0, "Iterative RL (DeepSeekMath sec. 4.2): every N steps the reference model "
                                    "is reset to the current policy, so the KL anchors to the latest iterate "
                                    "instead of the initial model. 0 = never. Needs algo.kl_coef > 0.", ge=0)
@@ -278,10 +270,10 @@ class AlgoConfig:
                               lt=10.0)
     dual_clip: Optional[float] = option(None, "Dual-clip constant c > 1 bounding the loss for negative "
                                         "advantages (None = off).", gt=1.0)
-    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
-                      "seq-mean-token-sum-norm"] = option(
-        "token-mean", "Loss aggregation. token-mean uses the global token count of the whole optimizer step, "
-        "so gradients do not depend on micro-batching or world size.")
+    loss_agg: str = option(
+        "token-mean", "Loss aggregation (mathrl/algo/losses.py). token-mean uses the global token count of the "
+        "whole optimizer step, so gradients do not depend on micro-batching or world size.",
+        choices=registry_choices(LOSS_AGG_MODES))
     norm_const: Optional[float] = option(None, "Constant normaliser for seq-mean-token-sum-norm (Dr. GRPO); "
                                          "default rollout.max_tokens.", gt=0.0)
     std_normalize: bool = option(True, "Divide group advantages by the group std (False = Dr. GRPO).")
@@ -295,11 +287,8 @@ class AlgoConfig:
                                "0.5 * (V - R)^2).", ge=0.0)
     vf_coef: float = option(0.5, "Value loss weight (PPO).", ge=0.0)
     policy_loss: str = option(
-        "ppo", "Policy loss (mathrl/algo/losses.py, POLICY_LOSSES): ppo = token-level clipped ratio; gspo = one "
-        "ratio per response, the geometric mean of its token ratios, clipped per response (Zheng et al. 2025; "
-        "use loss_agg=seq-mean-token-mean and the paper's clip_low=3e-4, clip_high=4e-4); cispo = the clipped "
-        "ratio as a constant weight on every token's logprob gradient, so clipped tokens still learn "
-        "(MiniMax-M1 2025).", choices=_policy_loss_choices)
+        "ppo", "Policy loss (mathrl/algo/losses.py; each is described at the end of --help).",
+        choices=registry_choices(POLICY_LOSSES))
     tis_cap: Optional[float] = option(
         None, "Truncated importance sampling against the rollout-trainer mismatch: each token's loss is "
         "weighted by min(pi_old / pi_sampler, tis_cap), with pi_sampler the rollout engine's logprobs (Yao et "
@@ -452,9 +441,7 @@ class Config:
     def kl_in(self) -> str:
         if self.algo.kl_in != "auto":
             return self.algo.kl_in
-        from mathrl.algo.advantages import ESTIMATORS
-
-        spec = ESTIMATORS.get(self.advantage)
+        spec = ESTIMATORS.get(self.advantage, None)
         return "reward" if spec is not None and spec.level == "token" else "loss"
 
     @property

@@ -79,7 +79,7 @@ _GENERATOR_FLAGS = {"size": "n", "level": "level", "seed": "seed"}
 
 
 def _options(args: argparse.Namespace, default_size: int) -> dict[str, Any]:
-    spec = SOURCES.get(args.source)
+    spec = SOURCES.get(args.source, None)
     opts: dict[str, Any] = {}
     given = {k: getattr(args, k) for k in _GENERATOR_FLAGS if getattr(args, k) is not None}
     if spec is not None and spec.is_generated:
@@ -165,7 +165,7 @@ def _print_bad(result: LoadResult, show: int = 5) -> None:
 
 
 def _stats(args: argparse.Namespace) -> int:
-    spec = SOURCES.get(args.source)
+    spec = SOURCES.get(args.source, None)
     if not (spec is not None and spec.is_generated) and not args.skip_bad_rows:
         args.skip_bad_rows = True  # stats counts bad rows instead of stopping at the first
     result = _load(args, None, 1000)

@@ -7,7 +7,7 @@ raise :class:`RowError` naming the field when the row cannot be mapped.
 
 A spec also says how the source is evaluated (``eval_split``, ``local_file``,
 ``eval_description``): :data:`mathrl.eval.benchmarks.BENCHMARKS` is derived from
-:data:`SOURCES`, one benchmark per source with an eval split, so registering a
+:data:`SOURCES` (:data:`mathrl.registry.SOURCES`, filled here), one benchmark per source with an eval split, so registering a
 source here makes it a benchmark too. Three kinds of source share the registry:
 
 * datasets read from the hub or a local file through ``map_row``;
@@ -26,6 +26,7 @@ from mathrl.data.errors import DataError, RowError, shorten
 from mathrl.data.mappers import (Mapped, RowMapper, answer_field, map_aime, map_amc, map_asdiv, map_gsm8k, map_math,
                                  map_minerva, map_svamp, text_field)
 from mathrl.data.problem import Problem
+from mathrl.registry import FIELD_CHECKS, SOURCES
 
 # generate(split, **options) -> problems, for generated sources (options: SourceSpec.options).
 Generator = Callable[..., list[Problem]]
@@ -132,6 +133,7 @@ FIELD_ROLES = ("question", "answer")
 DEFAULT_FIELDS: Mapping[str, str] = {"question": "question", "answer": "answer"}
 
 
+@FIELD_CHECKS.register("data.fields")
 def check_fields(fields: Mapping[str, str] | None) -> dict[str, str]:
     """The field names of a generic file source: ``fields`` over :data:`DEFAULT_FIELDS`.
 
@@ -195,131 +197,128 @@ def generate_synthetic(split: str, **options: Any) -> list[Problem]:
 
 # ----------------------------------------------------------------------------- registry
 
-SOURCES: dict[str, SourceSpec] = {
-    spec.name: spec
-    for spec in (
-        SourceSpec(
-            name="gsm8k",
-            description="GSM8K grade-school word problems (7473 train / 1319 test)",
-            fields=("question", "answer"),
-            question_rule="question",
-            gold_rule="text after the last '####' of answer, thousands commas removed",
-            license="MIT",
-            hub_name="openai/gsm8k",
-            hub_configs=("main",),
-            map_row=map_gsm8k,
-            eval_description="GSM8K test, 1319 grade-school word problems",
-        ),
-        SourceSpec(
-            name="math",
-            description="Hendrycks MATH competition problems, all seven subjects (7500 train / 5000 test)",
-            fields=("problem", "solution", "level", "type", "answer (optional)"),
-            question_rule="problem",
-            gold_rule="answer field if present, else the last \\boxed{} of solution (nested braces kept)",
-            license="MIT",
-            hub_name="EleutherAI/hendrycks_math",
-            hub_configs=MATH_SUBJECTS,
-            map_row=map_math,
-            eval_description="full Hendrycks MATH test (5000), when present",
-        ),
-        SourceSpec(
-            name="math500",
-            description="MATH-500, the 500-problem test subset of MATH used by 'Let's Verify Step by Step'",
-            fields=("problem", "solution", "answer", "subject", "level"),
-            question_rule="problem",
-            gold_rule="answer (LaTeX), else the last \\boxed{} of solution",
-            license="MIT",
-            hub_name="HuggingFaceH4/MATH-500",
-            map_row=map_math,
-            eval_description="MATH-500 (subset of the MATH test set), with subject and level",
-        ),
-        SourceSpec(
-            name="minerva_math",
-            description="Minerva OCW undergraduate STEM problems (272), as in Qwen2.5-Math's evaluation",
-            fields=("problem", "solution", "type", "idx"),
-            question_rule="problem",
-            gold_rule="last \\boxed{} of solution",
-            license="see the Minerva paper's OCW problem release (MIT OpenCourseWare, CC BY-NC-SA)",
-            hub_name="knoveleng/Minerva-Math",
-            hub_splits={"test": "train"},
-            map_row=map_minerva,
-            eval_description="Minerva OCW problems (272)",
-        ),
-        SourceSpec(
-            name="aime24",
-            description="AIME 2024 I and II (30 problems, integer answers 0-999)",
-            fields=("id", "problem", "solution", "answer", "url"),
-            question_rule="problem",
-            gold_rule="answer as an integer (leading zeros dropped)",
-            license="problems (c) MAA, collected from the AoPS wiki; research use",
-            hub_name="HuggingFaceH4/aime_2024",
-            hub_splits={"test": "train"},
-            map_row=map_aime,
-            eval_description="AIME 2024 (30)",
-        ),
-        SourceSpec(
-            name="amc23",
-            description="AMC 2023 (40 problems with numeric answers), as in Qwen2.5-Math's evaluation",
-            fields=("id", "problem", "answer", "url"),
-            question_rule="problem (else question)",
-            gold_rule="answer; integer-valued floats lose '.0' (27.0 -> 27)",
-            license="problems (c) MAA, collected from the AoPS wiki; research use",
-            hub_name="zwhe99/amc23",
-            map_row=map_amc,
-            eval_description="AMC 2023 (40)",
-        ),
-        SourceSpec(
-            name="svamp",
-            description="SVAMP one-step arithmetic word problems with varied structure (1000)",
-            fields=("Body", "Question", "Answer", "Equation", "Type", "ID"),
-            question_rule="Body + ' ' + Question (a period added when Body lacks end punctuation)",
-            gold_rule="Answer; integer-valued floats lose '.0'",
-            license="MIT",
-            hub_name="ChilleD/SVAMP",
-            map_row=map_svamp,
-            eval_description="SVAMP (1000)",
-        ),
-        SourceSpec(
-            name="asdiv",
-            description="ASDiv diverse primary-school word problems (2215 in Qwen2.5-Math's evaluation)",
-            fields=("body", "question", "answer", "solution_type", "formula"),
-            question_rule="body + ' ' + question",
-            gold_rule="answer without its trailing '(unit)': '9 (apples)' -> '9'",
-            license="CC BY-NC 4.0",
-            hub_name="EleutherAI/asdiv",
-            hub_splits={"test": "validation"},
-            map_row=map_asdiv,
-            eval_description="ASDiv (2215)",
-        ),
-        SourceSpec(
-            name="synthetic",
-            description="generated arithmetic word problems (--level, --seed, --size)",
-            fields=(),
-            question_rule="a generated story encoding a chain of arithmetic steps",
-            gold_rule="the value of the chain, an integer",
-            license="generated by mathrl",
-            hub_name=None,
-            map_row=None,
-            local_file=None,
-            eval_description="the embedded synthetic arithmetic task, held-out draw",
-            default_split="train",
-            generate=generate_synthetic,
-            options=("n", "level", "seed"),
-        ),
-        SourceSpec(
-            name="jsonl",
-            description="your own .jsonl/.json/.parquet file; field names from data.fields (mathrl data: --field)",
-            fields=FIELD_ROLES,
-            question_rule="the field named by fields.question (default 'question')",
-            gold_rule="the field named by fields.answer (default 'answer'), taken as written",
-            license="that of your file",
-            hub_name=None,
-            map_row=map_fields(),
-            eval_split=None,
-            local_file=None,
-            options=("fields",),
-            map_fields=map_fields,
-        ),
-    )
-}
-"""Every source by name, in registration order (the order benchmarks and suggestions use)."""
+for _spec in (
+    SourceSpec(
+        name="gsm8k",
+        description="GSM8K grade-school word problems (7473 train / 1319 test)",
+        fields=("question", "answer"),
+        question_rule="question",
+        gold_rule="text after the last '####' of answer, thousands commas removed",
+        license="MIT",
+        hub_name="openai/gsm8k",
+        hub_configs=("main",),
+        map_row=map_gsm8k,
+        eval_description="GSM8K test, 1319 grade-school word problems",
+    ),
+    SourceSpec(
+        name="math",
+        description="Hendrycks MATH competition problems, all seven subjects (7500 train / 5000 test)",
+        fields=("problem", "solution", "level", "type", "answer (optional)"),
+        question_rule="problem",
+        gold_rule="answer field if present, else the last \\boxed{} of solution (nested braces kept)",
+        license="MIT",
+        hub_name="EleutherAI/hendrycks_math",
+        hub_configs=MATH_SUBJECTS,
+        map_row=map_math,
+        eval_description="full Hendrycks MATH test (5000), when present",
+    ),
+    SourceSpec(
+        name="math500",
+        description="MATH-500, the 500-problem test subset of MATH used by 'Let's Verify Step by Step'",
+        fields=("problem", "solution", "answer", "subject", "level"),
+        question_rule="problem",
+        gold_rule="answer (LaTeX), else the last \\boxed{} of solution",
+        license="MIT",
+        hub_name="HuggingFaceH4/MATH-500",
+        map_row=map_math,
+        eval_description="MATH-500 (subset of the MATH test set), with subject and level",
+    ),
+    SourceSpec(
+        name="minerva_math",
+        description="Minerva OCW undergraduate STEM problems (272), as in Qwen2.5-Math's evaluation",
+        fields=("problem", "solution", "type", "idx"),
+        question_rule="problem",
+        gold_rule="last \\boxed{} of solution",
+        license="see the Minerva paper's OCW problem release (MIT OpenCourseWare, CC BY-NC-SA)",
+        hub_name="knoveleng/Minerva-Math",
+        hub_splits={"test": "train"},
+        map_row=map_minerva,
+        eval_description="Minerva OCW problems (272)",
+    ),
+    SourceSpec(
+        name="aime24",
+        description="AIME 2024 I and II (30 problems, integer answers 0-999)",
+        fields=("id", "problem", "solution", "answer", "url"),
+        question_rule="problem",
+        gold_rule="answer as an integer (leading zeros dropped)",
+        license="problems (c) MAA, collected from the AoPS wiki; research use",
+        hub_name="HuggingFaceH4/aime_2024",
+        hub_splits={"test": "train"},
+        map_row=map_aime,
+        eval_description="AIME 2024 (30)",
+    ),
+    SourceSpec(
+        name="amc23",
+        description="AMC 2023 (40 problems with numeric answers), as in Qwen2.5-Math's evaluation",
+        fields=("id", "problem", "answer", "url"),
+        question_rule="problem (else question)",
+        gold_rule="answer; integer-valued floats lose '.0' (27.0 -> 27)",
+        license="problems (c) MAA, collected from the AoPS wiki; research use",
+        hub_name="zwhe99/amc23",
+        map_row=map_amc,
+        eval_description="AMC 2023 (40)",
+    ),
+    SourceSpec(
+        name="svamp",
+        description="SVAMP one-step arithmetic word problems with varied structure (1000)",
+        fields=("Body", "Question", "Answer", "Equation", "Type", "ID"),
+        question_rule="Body + ' ' + Question (a period added when Body lacks end punctuation)",
+        gold_rule="Answer; integer-valued floats lose '.0'",
+        license="MIT",
+        hub_name="ChilleD/SVAMP",
+        map_row=map_svamp,
+        eval_description="SVAMP (1000)",
+    ),
+    SourceSpec(
+        name="asdiv",
+        description="ASDiv diverse primary-school word problems (2215 in Qwen2.5-Math's evaluation)",
+        fields=("body", "question", "answer", "solution_type", "formula"),
+        question_rule="body + ' ' + question",
+        gold_rule="answer without its trailing '(unit)': '9 (apples)' -> '9'",
+        license="CC BY-NC 4.0",
+        hub_name="EleutherAI/asdiv",
+        hub_splits={"test": "validation"},
+        map_row=map_asdiv,
+        eval_description="ASDiv (2215)",
+    ),
+    SourceSpec(
+        name="synthetic",
+        description="generated arithmetic word problems (--level, --seed, --size)",
+        fields=(),
+        question_rule="a generated story encoding a chain of arithmetic steps",
+        gold_rule="the value of the chain, an integer",
+        license="generated by mathrl",
+        hub_name=None,
+        map_row=None,
+        local_file=None,
+        eval_description="the embedded synthetic arithmetic task, held-out draw",
+        default_split="train",
+        generate=generate_synthetic,
+        options=("n", "level", "seed"),
+    ),
+    SourceSpec(
+        name="jsonl",
+        description="your own .jsonl/.json/.parquet file; field names from data.fields (mathrl data: --field)",
+        fields=FIELD_ROLES,
+        question_rule="the field named by fields.question (default 'question')",
+        gold_rule="the field named by fields.answer (default 'answer'), taken as written",
+        license="that of your file",
+        hub_name=None,
+        map_row=map_fields(),
+        eval_split=None,
+        local_file=None,
+        options=("fields",),
+        map_fields=map_fields,
+    ),
+):  # every source by name, in registration order (the order benchmarks and suggestions use)
+    SOURCES.register(_spec.name, _spec, doc=_spec.description)

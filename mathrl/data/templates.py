@@ -6,8 +6,8 @@ system prompt and a one-shot exchange that shows the format. Base models get a
 plain few-shot text (``Question: ... Answer: ...``) that ends where the model
 continues; its :attr:`PromptTemplate.stop` strings end the answer.
 
-Registry (:data:`TEMPLATES`, :func:`get_template`): ``chat_boxed``,
-``chat_boxed_oneshot``, ``fewshot_plain``.
+Registry (:data:`mathrl.registry.TEMPLATES`, filled here; :func:`get_template`): one
+chat template without and one with a worked example, and one plain few-shot template.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from mathrl.data.errors import DataError
 from mathrl.data.problem import Problem
+from mathrl.registry import TEMPLATES
 
 BOXED_INSTRUCTION = "Solve the problem step by step. Put the final answer in \\boxed{}."
 
@@ -132,20 +133,19 @@ class PromptTemplate:
         return "\n\n".join(blocks)
 
 
-TEMPLATES: dict[str, PromptTemplate] = {
-    t.name: t
-    for t in (
-        PromptTemplate(name="chat_boxed", chat=True),
-        PromptTemplate(name="chat_boxed_oneshot", chat=True, examples=(ONESHOT_EXAMPLE,)),
-        PromptTemplate(
-            name="fewshot_plain",
-            chat=False,
-            instruction="Solve each problem. End with the final answer in \\boxed{}.",
-            examples=FEWSHOT_EXAMPLES,
-            stop=("\n\nQuestion:", "\nQuestion:"),
-        ),
-    )
-}
+for _template, _doc in (
+    (PromptTemplate(name="chat_boxed", chat=True), "chat template, answer in \\boxed{}"),
+    (PromptTemplate(name="chat_boxed_oneshot", chat=True, examples=(ONESHOT_EXAMPLE,)),
+     "chat template with one worked example (helps small models use \\boxed{})"),
+    (PromptTemplate(
+        name="fewshot_plain",
+        chat=False,
+        instruction="Solve each problem. End with the final answer in \\boxed{}.",
+        examples=FEWSHOT_EXAMPLES,
+        stop=("\n\nQuestion:", "\nQuestion:"),
+    ), "plain few-shot text (Question: ... Answer:) for base models"),
+):
+    TEMPLATES.register(_template.name, _template, doc=_doc)
 
 
 def get_template(
@@ -166,10 +166,9 @@ def get_template(
     Raises:
         DataError: unknown name, or a system prompt for a plain template.
     """
-    try:
-        base = TEMPLATES[name]
-    except KeyError:
-        raise DataError(f"unknown prompt template '{name}'; known: {', '.join(sorted(TEMPLATES))}") from None
+    base = TEMPLATES.get(name, None)
+    if base is None:
+        raise DataError(f"unknown prompt template '{name}'; known: {', '.join(sorted(TEMPLATES))}")
     changes: dict[str, Any] = {}
     if system is not None:
         if not base.chat:

@@ -164,7 +164,7 @@ def load_benchmark(spec: BenchmarkSpec, data_dir: str | Path | None = None) -> l
     from mathrl.data import load_problems
 
     b = spec.benchmark
-    source = SOURCES.get(b.source)
+    source = SOURCES.get(b.source, None)
     if source is not None and source.is_generated:
         offered = {"n": spec.limit or 200, "level": spec.synthetic_level, "seed": spec.seed}
         problems = load_problems(b.source, split=b.split,

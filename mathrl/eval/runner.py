@@ -405,7 +405,7 @@ def _generated(source: str | None) -> bool:
     """Whether ``source`` is a generated source (its one ``level`` is a setting, not a breakdown)."""
     from mathrl.data.sources import SOURCES
 
-    spec = SOURCES.get(source) if source else None
+    spec = SOURCES.get(source, None) if source else None
     return spec is not None and spec.is_generated
 
 

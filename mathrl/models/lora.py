@@ -30,6 +30,8 @@ from typing import Any
 
 import torch
 
+from mathrl.registry import FIELD_CHECKS
+
 __all__ = ["LORA_DEFAULTS", "check_lora", "lora_settings", "add_adapters", "has_adapters", "adapters_disabled",
            "AdapterOffReference", "merged_parameters", "adapter_state_dict", "save_adapter", "is_adapter_folder",
            "merged_model_folder"]
@@ -48,6 +50,7 @@ class LoraSpecError(ValueError):
         self.key = key
 
 
+@FIELD_CHECKS.register("model.lora")
 def check_lora(spec: Any) -> None:
     """Raise :class:`LoraSpecError` unless ``spec`` is a valid ``model.lora`` mapping."""
     lora_settings(spec)

@@ -2,7 +2,7 @@
 
 A term is a pure function ``term(ctx, **params) -> list[float]`` of one :class:`RewardContext`
 (responses, grades, truncation flags, lengths, the length limit, gold answers), registered by name with
-:func:`register_reward`. :func:`compute_rewards` sums the weighted terms of a mapping
+:func:`register_reward` in :data:`mathrl.registry.REWARDS`. :func:`compute_rewards` sums the weighted terms of a mapping
 ``{name: {"weight": w, **params}}``; the config's ``reward.terms`` is such a mapping, checked against this
 registry when the config is loaded (:func:`check_reward_terms`), and :func:`reward_terms` turns a config
 into it (including the shorthands ``reward.function``, ``reward.format_bonus`` and
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mathrl.latex import find_boxes
+from mathrl.registry import FIELD_CHECKS, REWARDS
 from mathrl.reward.grader import Grade
 
 __all__ = ["REWARDS", "RewardContext", "RewardTerm", "RewardTermError", "register_reward", "get_reward",
@@ -86,10 +87,6 @@ class RewardTerm:
         return f"<reward term {self.name!r}>"
 
 
-REWARDS: dict[str, RewardTerm] = {}
-"""Term name -> :class:`RewardTerm`, in registration order."""
-
-
 def register_reward(name: str, *, needs_grades: bool = True) -> Callable[[Callable[..., list[float]]], RewardTerm]:
     """Register ``fn(ctx: RewardContext, *, <params>) -> list[float]`` as the reward term ``name``.
     Its keyword-only parameters are the ones ``reward.terms.<name>`` accepts (besides ``weight``).
@@ -100,17 +97,15 @@ def register_reward(name: str, *, needs_grades: bool = True) -> Callable[[Callab
     def deco(fn: Callable[..., list[float]]) -> RewardTerm:
         if name in REWARDS:
             raise ValueError(f"reward {name!r} already registered")
-        term = RewardTerm(name, fn, needs_grades=needs_grades)
-        REWARDS[name] = term
-        return term
+        return REWARDS.register(name, RewardTerm(name, fn, needs_grades=needs_grades))
 
     return deco
 
 
 def get_reward(name: str) -> RewardTerm:
-    if name not in REWARDS:
-        raise KeyError(f"unknown reward {name!r}; allowed: {sorted(REWARDS)}")
-    return REWARDS[name]
+    """The registered term ``name``; an unknown name raises :class:`~mathrl.registry.UnknownNameError` (a
+    ``KeyError``) naming the allowed ones."""
+    return REWARDS.get(name)
 
 
 def reward_term_params(name: str) -> tuple[str, ...]:
@@ -118,6 +113,7 @@ def reward_term_params(name: str) -> tuple[str, ...]:
     return get_reward(name).params
 
 
+@FIELD_CHECKS.register("reward.terms")
 def check_reward_terms(terms: Any) -> None:
     """Check a ``reward.terms`` mapping against the registry: known term names, known parameters and a
     numeric weight. Raises :class:`RewardTermError` (a ``ValueError``) with a one-line message whose

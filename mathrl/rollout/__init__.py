@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from mathrl.rollout.base import PendingBatch, RolloutEngine
 from mathrl.rollout.batch import RolloutBatch, Sample, SamplingConfig, collate
-from mathrl.rollout.factory import BACKENDS, make_engine, resolve_backend
+from mathrl.rollout.factory import ROLLOUT_BACKENDS, make_engine, resolve_backend
 from mathrl.rollout.sync import iter_full_parameters
 
 __all__ = [
-    "BACKENDS", "PendingBatch", "RolloutBatch", "RolloutEngine", "Sample", "SamplingConfig", "collate", "iter_full_parameters",
+    "ROLLOUT_BACKENDS", "PendingBatch", "RolloutBatch", "RolloutEngine", "Sample", "SamplingConfig", "collate", "iter_full_parameters",
     "make_engine", "resolve_backend", "HFRolloutEngine", "VLLMRolloutEngine",
 ]
 

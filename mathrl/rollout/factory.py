@@ -1,17 +1,42 @@
-"""`make_engine`: the config's ``rollout.backend`` (vllm | hf | auto) turned into an engine."""
+"""`make_engine`: the config's ``rollout.backend`` turned into an engine.
+
+The backends are registered here, in :data:`mathrl.registry.ROLLOUT_BACKENDS` (name -> ``build(model_path,
+**options)``, each importing its engine lazily); ``auto`` is not a backend but the choice
+:func:`resolve_backend` makes between them."""
 
 from __future__ import annotations
 
+from mathrl.registry import ROLLOUT_BACKENDS
 from mathrl.rollout.base import RolloutEngine
 
-BACKENDS = ("vllm", "hf", "auto")
+__all__ = ["ROLLOUT_BACKENDS", "make_engine", "resolve_backend"]
+
+
+@ROLLOUT_BACKENDS.register("vllm", doc="vLLM, in this process or in a worker interpreter (rollout.vllm_python)")
+def build_vllm(model_path: str, *, vllm_python: str | None = None, dtype: str = "float32", seed: int = 0,
+               model=None, tokenizer=None, **kwargs) -> RolloutEngine:
+    """The vLLM engine for ``model_path`` (it loads the model itself; ``model`` must be None)."""
+    from mathrl.rollout.vllm import VLLMRolloutEngine
+
+    if model is not None:
+        raise ValueError("make_engine: `model` is for the hf backend; vLLM loads model_path itself")
+    return VLLMRolloutEngine(model_path, vllm_python=vllm_python, dtype=dtype, seed=seed, tokenizer=tokenizer, **kwargs)
+
+
+@ROLLOUT_BACKENDS.register("hf", doc="transformers' generate in this process (can share the trainer's module)")
+def build_hf(model_path: str, *, vllm_python: str | None = None, dtype: str = "float32", seed: int = 0,
+             model=None, tokenizer=None, **kwargs) -> RolloutEngine:
+    """The transformers engine for ``model_path`` (or ``model``, shared); ``seed`` is per call (``SamplingConfig``)."""
+    from mathrl.rollout.hf import HFRolloutEngine
+
+    return HFRolloutEngine(model_path, model=model, tokenizer=tokenizer, dtype=dtype, **kwargs)
 
 
 def resolve_backend(backend: str, vllm_python: str | None = None) -> tuple[str, str]:
     """Which backend ``auto`` picks, and why: vLLM when importable here, or when a worker
     interpreter (``vllm_python``, ``$MATHRL_VLLM_PYTHON`` or ``.venv-vllm``) imports it; else hf."""
-    if backend not in BACKENDS:
-        raise ValueError(f"rollout.backend={backend!r}: allowed values are {', '.join(BACKENDS)}")
+    if backend != "auto" and backend not in ROLLOUT_BACKENDS:
+        raise ValueError(f"rollout.backend={backend!r}: allowed values are {', '.join((*ROLLOUT_BACKENDS, 'auto'))}")
     if backend != "auto":
         return backend, "asked for"
     from mathrl.rollout.vllm import default_vllm_python, probe_vllm_python, vllm_importable
@@ -44,12 +69,5 @@ def make_engine(backend: str, model_path: str, *, vllm_python: str | None = None
             ``engine_kwargs``, ``enable_prefix_caching``, ``worker_env``, ``startup_timeout``).
     """
     chosen, _why = resolve_backend(backend, vllm_python)
-    if chosen == "hf":
-        from mathrl.rollout.hf import HFRolloutEngine
-
-        return HFRolloutEngine(model_path, model=model, tokenizer=tokenizer, dtype=dtype, **kwargs)
-    from mathrl.rollout.vllm import VLLMRolloutEngine
-
-    if model is not None:
-        raise ValueError("make_engine: `model` is for the hf backend; vLLM loads model_path itself")
-    return VLLMRolloutEngine(model_path, vllm_python=vllm_python, dtype=dtype, seed=seed, tokenizer=tokenizer, **kwargs)
+    return ROLLOUT_BACKENDS.get(chosen)(model_path, vllm_python=vllm_python, dtype=dtype, seed=seed, model=model,
+                                        tokenizer=tokenizer, **kwargs)
