@@ -37,7 +37,7 @@ multiplied by ``world_size * accumulation_steps`` to compensate.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import torch
 from torch import Tensor
