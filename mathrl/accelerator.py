@@ -16,7 +16,7 @@ def ds_accelerator_choice(env: Mapping[str, str], device_files: Iterable[str]) -
     """What to put in ``DS_ACCELERATOR`` before DeepSpeed is imported, and a note for the console.
 
     DeepSpeed picks its accelerator once per process: ``DS_ACCELERATOR`` when set, else CUDA when
-    ``torch.cuda.is_available()`` (the test :func:`mathrl.train.engines.device` makes too), else the CPU
+    ``torch.cuda.is_available()`` (the test :func:`mathrl.dist.collectives.device` makes too), else the CPU
     with a warning that it could not find a GPU. mathrl sets ``cpu`` only where no CUDA device can be
     visible, to spare that warning on a CPU machine: no ``/dev/nvidia<N>`` file (a container given only
     GPU 3 has ``/dev/nvidia3`` and no ``/dev/nvidia0``), no ``/dev/dxg`` (WSL2), and no

@@ -10,7 +10,7 @@ the model's vocabulary (a real ``tokenizers`` object; it only names token ids).
 2. *GRPO update* with mathrl's own pieces: token-budgeted micro-batches with shared prompts
    (the layout's ``plan``/``micro_batch``/``policy_forward``, mathrl/train/layouts.py), the clipped policy loss plus
    the k3 KL to reference logprobs with the global token normaliser, backward, one optimizer step,
-   under DeepSpeed ZeRO-2 (``mathrl.train.engines.build_engine``). Reports training tokens/s and
+   under DeepSpeed ZeRO-2 (``mathrl.dist.engines.build_engine``). Reports training tokens/s and
    model FLOPs utilisation (MFU = useful model FLOPs / time / peak; :func:`train_flops`).
 3. *Generation* at G = 8: mathrl's hf backend (``HFRolloutEngine``: prefill once per prompt,
    finished rows dropped) and, for reference, raw ``model.generate(num_return_sequences=8)``.
@@ -250,12 +250,13 @@ def grpo_update_bench(args, shape: Shape, device, dtype, stage: int = 2) -> dict
         try:
             import deepspeed  # noqa: F401
 
-            from mathrl.train.engines import build_engine, init_distributed
+            from mathrl.dist.collectives import init_distributed
+            from mathrl.dist.engines import build_engine
 
             init_distributed()
             engine = build_engine(model, lr=1e-6, weight_decay=0.0, schedule="constant", warmup=0, total_steps=1000,
                                   stage=stage, offload="none", grad_clip=1.0, dtype=dtype, world_size=1)
-            how = f"DeepSpeed ZeRO-{stage} (mathrl.train.engines.build_engine), torch AdamW client optimizer"
+            how = f"DeepSpeed ZeRO-{stage} (mathrl.dist.engines.build_engine), torch AdamW client optimizer"
         except ImportError as exc:
             print(f"NOTE: DeepSpeed is not importable ({exc}); falling back to plain torch.optim.AdamW on bf16 "
                   "parameters (no fp32 master weights). Carry the wheel: pip wheel deepspeed==0.19.8 --no-deps "
@@ -285,7 +286,7 @@ def grpo_update_bench(args, shape: Shape, device, dtype, stage: int = 2) -> dict
     ref_s = time.perf_counter() - t0
     plan = lay.plan(tokens, args.micro_batch_tokens)
     # the counts all-reduced on the engine's device (NCCL refuses the CPU masks' tensors)
-    from mathrl.train.engines import global_sum
+    from mathrl.dist.collectives import global_sum
 
     norms = global_normalizers([rmask[r] for r in plan], reduce=global_sum)
 

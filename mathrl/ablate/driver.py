@@ -362,7 +362,7 @@ def run_study(study_path: str | Path | Study, *, out: str | Path | None = None, 
         return {"commands": commands(study, study.path)}
     task = task or Task()
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # launched on several processes: barriers need the group
-        from mathrl.train.engines import init_distributed
+        from mathrl.dist.collectives import init_distributed
 
         init_distributed()
     if only:

@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import torch
 
-from mathrl.config import Config, ConfigError
+from mathrl.config import Config, rules
 from mathrl.registry import ABLATION_METHODS
 from mathrl.train.checkpoint import TrainingError
 from mathrl.train.trainer import Method, Trainer
@@ -188,7 +188,7 @@ class RFTMethod(Method):
             save_pool(pool_file, self.pool)
 
     def step(self, trainer: Trainer) -> dict[str, Any]:
-        from mathrl.train.engines import device
+        from mathrl.dist.collectives import device
         from mathrl.train.rows import ForwardBatch
         from mathrl.train.models import sync_weights
         from mathrl.train.sft import sft_train_step
@@ -268,8 +268,5 @@ def run_method(method: str, cfg: Config, *, rft_opts: dict | None = None, task=N
     if task.reward_terms is not None:
         cfg = _with_reward_terms(cfg, task.reward_terms)
     problems = task.train_problems if task.train_problems is not None else load_training_problems(cfg)
-    if ABLATION_METHODS.meta(method)["sft"] and cfg.rollout.staleness:
-        raise ConfigError(f"rollout.staleness = {cfg.rollout.staleness} with method {method}: asynchronous "
-                          "rollout is a GRPO/PPO option (RFT samples and fine-tunes in turn); set "
-                          "rollout.staleness=0 for this run")
+    rules.refuse_for_method(cfg, method, sft=ABLATION_METHODS.meta(method)["sft"])
     return Trainer(cfg, make(rft_opts or {}), problems=problems).fit()

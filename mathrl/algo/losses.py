@@ -164,7 +164,7 @@ def global_normalizers(
 
     ``masks`` are the ``[n_k, T_k]`` masks of this process's micro-batches (or one
     mask). ``reduce`` is required: a sum over ranks returning the summed tensor, so every
-    rank gets the same global numbers (the trainer passes :func:`mathrl.train.engines.global_sum`,
+    rank gets the same global numbers (the trainer passes :func:`mathrl.dist.collectives.global_sum`,
     which moves the counts to the engine's device, as NCCL needs), or ``None`` for this
     process's counts only (one process). This module issues no collective itself (algo/ has
     no ``torch.distributed``), so forgetting ``reduce`` is an error rather than a silent
@@ -177,7 +177,7 @@ def global_normalizers(
     if reduce is _REQUIRED:
         raise TypeError(
             "global_normalizers(masks, reduce=...): reduce is required: pass "
-            "reduce=mathrl.train.engines.global_sum when several processes train (it sums the counts over "
+            "reduce=mathrl.dist.collectives.global_sum when several processes train (it sums the counts over "
             "ranks on the engine's device), or reduce=None for this process's counts only")
     if reduce is not None and not callable(reduce):
         raise TypeError(f"global_normalizers: reduce must be a callable (a sum over ranks) or None, got {reduce!r}")

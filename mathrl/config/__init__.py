@@ -17,6 +17,7 @@ public API; import them from ``mathrl.config``.
 """
 
 from mathrl.config.help import describe_fields, help_text
+from mathrl.config import rules
 from mathrl.config.loader import ConfigError, dump_yaml, load_config, set_value, validate
 from mathrl.config.schema import (
     AlgoConfig,
@@ -38,6 +39,7 @@ __all__ = [
     "load_config",
     "set_value",
     "validate",
+    "rules",
     "describe_fields",
     "help_text",
     "dump_yaml",

@@ -18,15 +18,11 @@ from typing import Any, Literal, Union
 
 import yaml
 
+from mathrl.config import rules
+from mathrl.config.errors import ConfigError
 from mathrl.config.schema import Config
-from mathrl.errors import InputError
-from mathrl.registry import ESTIMATORS, SOURCES
 
 __all__ = ["ConfigError", "load_config", "set_value", "validate", "dump_yaml", "field_type_name", "section_classes"]
-
-
-class ConfigError(InputError, ValueError):
-    """A configuration problem; ``str(err)`` is a single line meant for the user."""
 
 
 # --------------------------------------------------------------------------- typing helpers
@@ -332,95 +328,10 @@ def _field_meta(section: str, name: str) -> dict:
 
 
 def validate(cfg: Config) -> None:
-    """Cross-field checks that single-field bounds cannot express."""
-    # G = 1 with a group baseline is refused, not warned about: the baseline is the sample's own reward
-    # (grpo, dr_grpo) or undefined (rloo's leave-one-out mean over G - 1 = 0 others), so every advantage
-    # is 0, the policy gradient vanishes and the run would spend its whole budget learning nothing while
-    # its logs look normal. A warning scrolls past in a days-long log; the fix is one override.
-    allowed = ("auto", *ESTIMATORS)
-    if cfg.algo.advantage not in allowed:
-        raise ConfigError(f"algo.advantage = {cfg.algo.advantage!r}: unknown advantage estimator; allowed: "
-                          f"{', '.join(allowed)}")
-    spec = ESTIMATORS[cfg.advantage]
-    algo_fields = {f.name for f in dataclasses.fields(type(cfg.algo))}
-    unknown = [p for p in spec.params if p not in algo_fields]
-    if unknown:
-        raise ConfigError(f"algo.advantage = {spec.name!r}: the estimator declares params {unknown} that are not "
-                          f"algo.* fields; allowed: {', '.join(sorted(algo_fields))}")
-    if cfg.rollout.n < spec.min_group:
-        others = [s.name for s in ESTIMATORS.values() if s.min_group <= cfg.rollout.n and not s.needs_critic]
-        alt = f"algo.advantage={others[0]}, or " if others else ""
-        few = "one sample" if cfg.rollout.n == 1 else f"only {cfg.rollout.n} samples"
-        raise ConfigError(f"rollout.n = {cfg.rollout.n}: the '{spec.name}' advantage compares the samples of "
-                          f"a prompt with each other; with {few} every advantage is 0 and nothing is "
-                          f"learned, so it needs rollout.n >= {spec.min_group}; fix: set "
-                          f"rollout.n={max(8, spec.min_group)} (or more), or use an estimator with a baseline "
-                          f"across prompts: {alt}algo.name=ppo (critic)")
-    if cfg.algo.dynamic_sampling and spec.min_group < 2:
-        group_est = [s.name for s in ESTIMATORS.values() if s.min_group >= 2]
-        raise ConfigError(f"algo.dynamic_sampling = true with algo.advantage resolving to {spec.name!r}: dynamic "
-                          "sampling drops groups whose rewards are all equal, which only carry no signal for a "
-                          f"group-relative estimator; use one of {', '.join(group_est)}, or set "
-                          "algo.dynamic_sampling=false")
-    for key, new in (("rollout.max_tokens", cfg.rollout.max_tokens), ("eval.max_tokens", cfg.eval.max_tokens)):
-        if cfg.rollout.max_model_len is not None and cfg.rollout.max_model_len <= new:
-            raise ConfigError(f"rollout.max_model_len = {cfg.rollout.max_model_len} leaves no room for a prompt before "
-                              f"{key} = {new} new tokens (vLLM cuts a sequence at max_model_len); set "
-                              "rollout.max_model_len above it, or leave it unset (null) to size it to the run")
-    if cfg.rollout.staleness:
-        conflicts = [(k, why) for k, on, why in (
-            ("algo.dynamic_sampling", cfg.algo.dynamic_sampling, "its extra rounds need this step's grades before "
-             "the next step's prompts are drawn"),
-            ("algo.pass_rate_filter", cfg.algo.pass_rate_filter, "the next step's prompts would be drawn before "
-             "this step's pass rates are known"),
-            ("rollout.sleep_between_steps", cfg.rollout.sleep_between_steps, "the engine must stay awake to sample "
-             "during the update"),
-            ("rollout.tensor_parallel_size", cfg.rollout.tensor_parallel_size > 1, "a tensor-parallel group's "
-             "collectives cannot run in the background generation")) if on]
-        if conflicts:
-            k, why = conflicts[0]
-            raise ConfigError(f"rollout.staleness = {cfg.rollout.staleness} (asynchronous rollout) with {k}: {why}; "
-                              f"set rollout.staleness=0 or turn {k} off")
-    if cfg.algo.policy_loss == "cispo" and cfg.algo.dual_clip is not None:
-        raise ConfigError(f"algo.dual_clip = {cfg.algo.dual_clip} with algo.policy_loss = cispo: CISPO already "
-                          "bounds its weight by clip_low/clip_high; set algo.dual_clip=null")
+    """The checks that need more than one field at a time: ``reward.terms`` against its registry, then every
+    cross-field rule of :func:`mathrl.config.rules.refuse`."""
     _check_field("reward.terms", cfg.reward.terms, _field_meta("reward", "terms"), "")
-    shorthands = [k for k, v, default in (("reward.function", cfg.reward.function, "correctness"),
-                                          ("reward.overlong_penalty", cfg.reward.overlong_penalty, 0.0))
-                  if v != default]
-    if cfg.reward.terms is not None and shorthands:
-        raise ConfigError(f"reward.terms is set together with the shorthand {', '.join(shorthands)}; put every "
-                          "term in reward.terms (format: {bonus: ...}, length: {coef: ..., buffer: ...}) or use "
-                          "only the shorthands")
-    if cfg.model.lora is not None and cfg.algo.ref_update_every and cfg.model.ref_model is None:
-        raise ConfigError(f"algo.ref_update_every = {cfg.algo.ref_update_every} with model.lora: under LoRA the "
-                          "reference model is the policy with its adapters switched off, so it cannot be reset to "
-                          "the current policy; set algo.ref_update_every=0, or give a separate model.ref_model")
-    if cfg.algo.ref_update_every and cfg.algo.kl_coef == 0:
-        raise ConfigError(f"algo.ref_update_every = {cfg.algo.ref_update_every}: resetting the reference model only "
-                          "matters with a KL term; set algo.kl_coef > 0 or algo.ref_update_every = 0")
-    if cfg.algo.kl_coef > 0 and cfg.kl_in == "loss" and cfg.kl_estimator == "k1":
-        raise ConfigError("algo.kl_estimator = 'k1' with the KL in the loss (algo.kl_in resolves to 'loss'): k1 = "
-                          "log pi - log pi_ref has zero expected gradient as a loss term, so the penalty would do "
-                          "nothing; use k3 (DeepSeekMath) or k2 in the loss, or set algo.kl_in=reward to use k1 "
-                          "as a reward penalty")
-    mb = cfg.train.mini_batch_size
-    if mb is not None and (mb > cfg.train.batch_size or cfg.train.batch_size % mb):
-        raise ConfigError(f"train.mini_batch_size = {mb}: must divide train.batch_size = {cfg.train.batch_size}")
-    bad_k = [k for k in cfg.eval.k if k < 1 or k > cfg.eval.n]
-    if bad_k:
-        raise ConfigError(f"eval.k = {cfg.eval.k}: each k must satisfy 1 <= k <= eval.n = {cfg.eval.n}")
-    if cfg.train.resume not in ("none", "auto") and not Path(cfg.train.resume).exists():
-        raise ConfigError(f"train.resume = {cfg.train.resume!r}: no such checkpoint; allowed: none, auto, "
-                          "or an existing checkpoint folder")
-    if cfg.deepspeed.config_path is not None and not Path(cfg.deepspeed.config_path).is_file():
-        raise ConfigError(f"deepspeed.config_path = {cfg.deepspeed.config_path!r}: file not found")
-    if cfg.data.fields is not None:
-        readers = [n for n, spec in SOURCES.items() if "fields" in spec.options]
-        if cfg.data.source not in readers:
-            raise ConfigError(f"data.fields = {cfg.data.fields}: data.source = {cfg.data.source!r} has its own field "
-                              f"names; only {', '.join(readers)} reads data.fields (set data.source="
-                              f"{readers[0]} and data.path to your file, or remove data.fields)")
+    rules.refuse(cfg)
 
 
 def dump_yaml(cfg: Config) -> str:

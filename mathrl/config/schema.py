@@ -438,6 +438,12 @@ class Config:
         return "gae" if self.algo.name == "ppo" else "grpo"
 
     @property
+    def updates_per_step(self) -> int:
+        """Optimizer updates per RL step: one per mini-batch and PPO epoch (the LR schedule counts these)."""
+        t = self.train
+        return self.algo.ppo_epochs * (t.batch_size // (t.mini_batch_size or t.batch_size))
+
+    @property
     def kl_in(self) -> str:
         if self.algo.kl_in != "auto":
             return self.algo.kl_in

@@ -37,12 +37,12 @@ _SAID: set[str] = set()  # console notes already shown by this process
 def make_eval_engine(cfg, model_spec: str, *, log=_log):
     """The rollout engine for evaluation (``rollout.backend``; the model path resolved first).
 
-    The hf backend runs on the trainer's device (:func:`mathrl.train.engines.device`: this rank's GPU
+    The hf backend runs on the trainer's device (:func:`mathrl.dist.collectives.device`: this rank's GPU
     when CUDA is available, else the CPU). ``backend: auto`` without a usable vLLM says once, on the
     console, that it fell back to hf and how to install vLLM or choose the backend."""
     from mathrl.models import resolve_model_path
     from mathrl.rollout.options import EngineOptions
-    from mathrl.train.engines import device
+    from mathrl.dist.collectives import device
 
     path = resolve_model_path(model_spec, cfg.model.cache_dir)
     try:

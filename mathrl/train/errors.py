@@ -1,10 +1,10 @@
-"""The trainer's two user-facing errors (a leaf module: everything in ``mathrl.train`` may import it)."""
+"""The trainer's two user-facing errors (a leaf module: everything in ``mathrl.train`` may import it).
+``CheckpointError`` is the checkpoint layer's (:mod:`mathrl.dist.checkpoint_io`)."""
 
+from mathrl.dist.checkpoint_io import CheckpointError
 from mathrl.errors import RunStopped
 
-
-class CheckpointError(RunStopped, RuntimeError):
-    """A checkpoint cannot be trusted or written; the message names the file and what to do."""
+__all__ = ["CheckpointError", "TrainingError"]
 
 
 class TrainingError(RunStopped, RuntimeError):

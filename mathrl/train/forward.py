@@ -103,7 +103,7 @@ def agreed_plan(plan: list[Tensor], group_size: int = 1) -> list[tuple[Tensor, b
     with weight 0 (trainer) or discarded (no-grad forwards). Gradients stay exact: a zero-weight
     backward adds exact zeros.
     """
-    from mathrl.train.engines import all_reduce
+    from mathrl.dist.collectives import all_reduce
 
     n = int(all_reduce(torch.tensor([len(plan)], dtype=torch.int64), "max")[0])
     pad = plan[0][: max(1, group_size)]

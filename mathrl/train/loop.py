@@ -53,11 +53,10 @@ import torch
 from mathrl.algo import advantages as adv_mod
 from mathrl.algo import kl as kl_mod
 from mathrl.algo.losses import global_normalizers
-from mathrl.config import Config
+from mathrl.config import Config, rules
 from mathrl.train.checkpoint import State
-from mathrl.train.engines import DistInfo, device, global_sum
+from mathrl.dist.collectives import DistInfo, device, global_sum
 from mathrl.train.offpolicy import OffPolicySampler
-from mathrl.train.preflight import inert_settings
 from mathrl.train.models import (Models, generation_weights, iterative_reference, optimizer_steps_per_rl_step,
                                  reset_reference, sync_weights)
 from mathrl.train.sampling import sample_records, sample_step, sampling_seed
@@ -213,11 +212,7 @@ class RLMethod(Method):
         self.sampler: OffPolicySampler | None = None
 
     def warnings(self, cfg: Config) -> list[str]:
-        msgs = inert_settings(cfg)
-        if cfg.rollout.staleness and cfg.algo.tis_cap is None:
-            msgs.append("rollout.staleness = 1 without algo.tis_cap: the batches come from weights one step old and "
-                        "nothing corrects for it beyond the PPO clip; set algo.tis_cap (2.0 is usual)")
-        return msgs
+        return rules.warnings(cfg, rl=True)
 
     def start(self, trainer: Trainer) -> None:
         cfg = trainer.cfg

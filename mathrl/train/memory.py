@@ -215,7 +215,7 @@ def fit_micro_batches(cfg, dist, models, prompt_len: int, resumed: int | None = 
     import torch
 
     from mathrl.train.checkpoint import TrainingError
-    from mathrl.train.engines import device, global_min
+    from mathrl.dist.collectives import device, global_min
     from mathrl.train.layouts import group_share
 
     t, r = cfg.train, cfg.rollout

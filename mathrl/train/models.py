@@ -12,9 +12,9 @@ import torch
 from mathrl.algo import advantages as adv_mod
 from mathrl.config import Config
 from mathrl.models.precision import enable_autocast
-from mathrl.train.engines import (DistInfo, build_engine, build_inference_engine, copy_weights, device, resolve_dtype,
-                                  zero3_init)
-from mathrl.train.ds_json import ds_config, inference_ds_config
+from mathrl.dist.collectives import DistInfo, device
+from mathrl.dist.engines import build_engine, build_inference_engine, copy_weights, resolve_dtype, zero3_init
+from mathrl.dist.ds_json import ds_config, inference_ds_config
 from mathrl.train.forward import is_zero3
 from mathrl.train.layouts import Layout, choose_layout, group_share, layout_request
 
@@ -82,8 +82,7 @@ def seed_all(seed: int) -> None:
 
 def optimizer_steps_per_rl_step(cfg: Config) -> int:
     """Optimizer steps in one RL step: one per mini-batch and PPO epoch (the LR schedule counts these)."""
-    t = cfg.train
-    return cfg.algo.ppo_epochs * (t.batch_size // (t.mini_batch_size or t.batch_size))
+    return cfg.updates_per_step
 
 
 def build_models(cfg: Config, dist: DistInfo, total_steps: int) -> Models:

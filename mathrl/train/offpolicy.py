@@ -35,7 +35,7 @@ from typing import Any
 
 from mathrl.config import Config
 from mathrl.rollout import PendingBatch, RolloutBatch
-from mathrl.train.engines import DistInfo
+from mathrl.dist.collectives import DistInfo
 from mathrl.train.sampling import Request, Sampled, grade_and_score, make_request
 
 

@@ -7,7 +7,7 @@ of a run it costs the run. :func:`preflight` runs first in
 any model weights -- and reads only small files:
 
 1. the DeepSpeed JSON (``deepspeed.config_path``): valid JSON, batch sizes that
-   multiply out for this world size (:func:`mathrl.train.ds_json.check_batch_sizes`);
+   multiply out for this world size (:func:`mathrl.dist.ds_json.check_batch_sizes`);
 2. the model specs (``model.name``, and ``model.ref_model`` / ``model.critic_model``
    when they are used): an existing folder with ``config.json``, ``embedded``, or a
    hub id;
@@ -28,9 +28,8 @@ prints it and exits with status 2.
 Every rank runs the same checks (they read only), so all ranks fail alike instead
 of some waiting for the others at the process group's rendezvous.
 
-:func:`inert_settings` is the one check that warns instead of refusing: a setting that
-is valid but cannot act in this run (a clip bound when every batch makes exactly one
-on-policy update), which a config shared between on- and off-policy runs may carry.
+The rules about combinations of settings (refusals and warnings) are not here: they are all in
+:mod:`mathrl.config.rules`; this module checks the inputs those settings point at.
 """
 
 from __future__ import annotations
@@ -116,7 +115,7 @@ def world_size() -> int:
 
 def check_deepspeed_json(cfg: Config, world: int) -> None:
     """``deepspeed.config_path``: readable JSON whose batch sizes multiply out for ``world`` processes."""
-    from mathrl.train.ds_json import check_batch_sizes, read_ds_json
+    from mathrl.dist.ds_json import check_batch_sizes, read_ds_json
 
     path = cfg.deepspeed.config_path
     if path is None:
@@ -307,30 +306,3 @@ def check_context(cfg: Config, tokenizer: Any, problems: Sequence, context: int,
         f"{cfg.data.template!r}) plus {max_tokens} new tokens is {longest + max_tokens}, more than the context of "
         f"model.name = {cfg.model.name!r} ({where}); fix: set {key}={allowed} or less, or use a model with a "
         "longer context")
-
-
-def inert_settings(cfg: Config) -> list[str]:
-    """Warnings for settings that are valid but have no effect in this run (the loop prints them).
-
-    The PPO clip acts only off-policy: with ``algo.ppo_epochs = 1`` and one mini-batch per step, the
-    old logprobs are the current ones (:func:`mathrl.train.loop.train_step` does not even compute
-    them), the ratio is exactly 1 on every token, and neither clip bound (nor a dual clip) is ever
-    reached. The defaults (0.2 / 0.2, no dual clip) are then harmless; a non-default bound -- DAPO's
-    clip-higher above all -- is a choice the user expects to matter, so it is reported.
-    """
-    from mathrl.train.models import optimizer_steps_per_rl_step  # the count the LR schedule is sized in
-
-    a, t = cfg.algo, cfg.train
-    if optimizer_steps_per_rl_step(cfg) > 1:
-        return []
-    default = type(a)()
-    set_ = [f"algo.{k} = {getattr(a, k)}" for k in ("clip_low", "clip_high", "dual_clip")
-            if getattr(a, k) != getattr(default, k)]
-    if not set_:
-        return []
-    mb = "null (the whole batch)" if t.mini_batch_size is None else t.mini_batch_size
-    return [f"{' and '.join(set_)} has no effect in this run: each batch makes exactly one optimizer update "
-            f"(algo.ppo_epochs = 1, train.mini_batch_size = {mb} with train.batch_size = {t.batch_size}), so the "
-            "importance ratio is exactly 1 on every token and no clip bound is reached; "
-            f"the clip acts only on off-policy updates: set train.mini_batch_size to a divisor of "
-            f"{t.batch_size} below it (several updates per step) or algo.ppo_epochs > 1"]

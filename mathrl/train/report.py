@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from mathrl.config import Config
-from mathrl.train.engines import DistInfo, all_gather_objects
+from mathrl.dist.collectives import DistInfo, all_gather_objects
 
 
 def evaluate(rollout, problems, cfg: Config, *, out_dir: Path | None = None,

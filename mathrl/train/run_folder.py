@@ -6,7 +6,7 @@
   :func:`damaged_newer`: the incomplete checkpoints ``auto`` passes over (moved aside, never overwritten);
 * :func:`clean_temporaries`: half-written checkpoint folders a crash left.
 
-The checkpoint format itself (manifest, atomic commit, verification) is :mod:`mathrl.train.checkpoint`.
+The checkpoint format itself (manifest, atomic commit, verification) is :mod:`mathrl.dist.checkpoint_io`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import os
 import shutil
 from pathlib import Path
 
-from mathrl.train.checkpoint import CKPT_RE, MANIFEST, ckpt_root, incomplete_reason, is_complete, list_checkpoints
+from mathrl.dist.checkpoint_io import CKPT_RE, MANIFEST, ckpt_root, incomplete_reason, is_complete, list_checkpoints
 
 __all__ = ["clean_temporaries", "damaged_newer", "find_resume", "holds_run", "move_aside"]
 

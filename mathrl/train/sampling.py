@@ -12,7 +12,7 @@ import torch
 
 from mathrl.config import Config
 from mathrl.rollout import RolloutBatch, SamplingConfig
-from mathrl.train.engines import DistInfo
+from mathrl.dist.collectives import DistInfo
 
 
 def sampling_seed(cfg: Config, step: int, rank: int, round_: int = 0) -> int:
@@ -82,7 +82,7 @@ def sample_step(cfg: Config, dist: DistInfo, tokenizer, rollout, problems: list,
     (all ranks') in the filter and advances ``state.prompts_used``."""
     from mathrl.algo.filtering import draw_prompts, group_pass_rates, informative_groups, select_informative
     from mathrl.data.splits import stream_index
-    from mathrl.train.engines import global_min, global_sum
+    from mathrl.dist.collectives import global_min, global_sum
 
     a, t = cfg.algo, cfg.train
     B, G = t.batch_size, cfg.rollout.n

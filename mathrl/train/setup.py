@@ -6,24 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
-from mathrl.config import Config, ConfigError, dump_yaml
-from mathrl.train import checkpoint as ckpt
+from mathrl.config import Config, ConfigError, dump_yaml, rules
+from mathrl.dist.checkpoint_io import ckpt_root
 from mathrl.train import run_folder
 from mathrl.train.checkpoint import State, load_checkpoint
-from mathrl.train.engines import DistInfo, init_distributed, resolve_dtype
+from mathrl.dist.collectives import DistInfo, init_distributed
 from mathrl.train.metrics import MetricsLogger
 from mathrl.train.models import Models
 from mathrl.train.preflight import preflight
-
-
-def check_batching(cfg: Config, dist: DistInfo) -> None:
-    t = cfg.train
-    mini = t.mini_batch_size or t.batch_size
-    if t.batch_size % dist.world_size or mini % dist.world_size:
-        raise ConfigError(f"train.batch_size = {t.batch_size} and train.mini_batch_size = {mini} must be divisible "
-                          f"by the number of processes ({dist.world_size})")
 
 
 def restore_torch_linear() -> bool:
@@ -63,9 +53,6 @@ def prepare_run(cfg: Config) -> tuple[DistInfo, Path]:
     check_versions()  # an old DeepSpeed/transformers fails here with a message, not deep inside them
     restore_torch_linear()
     preflight(cfg)  # cheap input checks (tokenizer, config.json, data) before any expensive work
-    if resolve_dtype(cfg.model.dtype) == torch.float16:
-        raise ConfigError("model.dtype = 'float16': training in float16 needs loss scaling, which mathrl's DeepSpeed "
-                          "configs do not set up; use model.dtype=bfloat16 (or auto: bfloat16 on GPU, float32 on CPU)")
     out = Path(cfg.train.output_dir)
     held = run_folder.holds_run(out) if cfg.train.resume == "none" else None
     if held and not cfg.train.overwrite:  # every rank sees the folder: all stop here, before the process group
@@ -73,7 +60,7 @@ def prepare_run(cfg: Config) -> tuple[DistInfo, Path]:
                           "choose another train.output_dir, or start afresh with --overwrite (train.overwrite=true), "
                           f"which moves it aside to {out}.replaced-<time>")
     dist = init_distributed(cfg.train.dist_timeout_minutes)
-    check_batching(cfg, dist)
+    rules.refuse_for_training(cfg, dist.world_size)
     if dist.is_main:
         if held:
             moved = run_folder.move_aside(out, "replaced")
@@ -102,7 +89,7 @@ def resume_and_log(cfg: Config, dist: DistInfo, out: Path, models: Models, state
         if dist.is_main:
             print(f"mathrl: resumed from {resume_from} (step {state.step})", flush=True)
     elif cfg.train.resume == "auto" and dist.is_main:
-        print(f"mathrl: resume: no complete checkpoint in {ckpt.ckpt_root(out)}; starting at step 0", flush=True)
+        print(f"mathrl: resume: no complete checkpoint in {ckpt_root(out)}; starting at step 0", flush=True)
     logger = MetricsLogger(out, enabled=dist.is_main, tensorboard=cfg.logging.tensorboard, wandb=cfg.logging.wandb,
                            wandb_project=cfg.logging.wandb_project, config=cfg.to_dict(),
                            resume_step=state.step if resume_from is not None else None,

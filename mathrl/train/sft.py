@@ -32,7 +32,7 @@ from torch import Tensor
 
 from mathrl.algo.losses import global_normalizers
 from mathrl.algo.objectives import sft_loss
-from mathrl.train.engines import global_sum
+from mathrl.dist.collectives import global_sum
 from mathrl.train.rows import ForwardBatch
 from mathrl.train.layouts import Layout, Padded
 from mathrl.train.update import MicroLoss, accumulate_and_step

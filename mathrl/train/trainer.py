@@ -42,9 +42,9 @@ from mathrl.algo.filtering import PassRateFilter
 from mathrl.config import Config
 from mathrl.data.splits import heldout_problems, load_training_problems
 from mathrl.rollout.colocate import fall_asleep
-from mathrl.train import checkpoint as ckpt
-from mathrl.train.checkpoint import State, TrainingError, save_checkpoint
-from mathrl.train.engines import DistInfo
+from mathrl.dist.checkpoint_io import list_checkpoints, step_dirname
+from mathrl.train.checkpoint import State, TrainingError, checkpoint_due, save_checkpoint
+from mathrl.dist.collectives import DistInfo
 from mathrl.train.memory import fit_micro_batches, size_rollout_context
 from mathrl.train.metrics import MetricsLogger, process_stats
 from mathrl.train.models import Models, build_models, generation_weights, make_rollout, sync_weights
@@ -168,12 +168,12 @@ class Trainer:
             # skipped steps left the weights as they were after the last good step: save them
             n = state.bad_steps
             self.save(final=True)
-            saved = ckpt.list_checkpoints(self.out)[-1][1]
+            saved = list_checkpoints(self.out)[-1][1]
             raise TrainingError(f"step {state.step}: {n} consecutive steps had NaN/inf and were skipped (last one: "
                                 f"{metrics.get('bad_reason', 'on another rank')}); the weights are those of step "
                                 f"{state.step - n}, saved in {saved}. Lower train.lr or check the reward function "
                                 "and data, then resume with --resume auto")
-        if ckpt.checkpoint_due(cfg, state.step, self._last_save):
+        if checkpoint_due(cfg, state.step, self._last_save):
             self.save()
         if cfg.eval.every and state.step % cfg.eval.every == 0 and self.eval_problems:
             self._last_eval = (state.step, self.evaluate())
@@ -192,7 +192,7 @@ class Trainer:
             return {}
         with generation_weights(self.rollout, self.models.policy):  # ZeRO-3 + hf engine: gathered on every rank
             result = evaluate(self.rollout, self.eval_problems, self.cfg, dist=self.dist,
-                              out_dir=main_only(self.dist, self.out / "eval" / ckpt.step_dirname(self.state.step)))
+                              out_dir=main_only(self.dist, self.out / "eval" / step_dirname(self.state.step)))
         assert self.logger is not None
         self.logger.log(self.state.step, result, event="eval")
         return result
@@ -220,7 +220,7 @@ class Trainer:
                 before = self.evaluate()
             while self.state.step < self.cfg.train.steps:
                 self.step()
-            saved = ckpt.list_checkpoints(self.out)
+            saved = list_checkpoints(self.out)
             if not saved or saved[-1][0] != self.state.step:
                 self.save(final=True)
             # the periodic evaluation of the last step is the final one

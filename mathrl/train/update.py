@@ -15,7 +15,8 @@ from mathrl.algo.losses import value_loss
 from mathrl.algo.objectives import policy_objective
 from mathrl.config import Config
 from mathrl.rollout import RolloutBatch
-from mathrl.train.engines import all_ranks_ok, device, discard_gradients
+from mathrl.dist.collectives import all_ranks_ok, device
+from mathrl.dist.engines import discard_gradients
 from mathrl.train.rows import ForwardBatch
 from mathrl.train.models import GradGuard
 from mathrl.train.packing import to_device

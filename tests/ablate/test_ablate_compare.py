@@ -21,7 +21,7 @@ from mathrl.ablate.report import write_study_report
 from mathrl.ablate.study import load_study
 from mathrl.config import ConfigError
 from mathrl.eval.runner import EvalSettings, write_records
-from mathrl.train.preflight import inert_settings
+from mathrl.config.rules import inert_settings
 
 IDS = [f"svamp/test/{i}" for i in range(6)]
 

@@ -161,7 +161,8 @@ def test_micro_batching_does_not_change_the_gradient(digit_model):
 def _engine(model_dir):
     from transformers import AutoModelForCausalLM
 
-    from mathrl.train.engines import build_engine, init_distributed
+    from mathrl.dist.collectives import init_distributed
+    from mathrl.dist.engines import build_engine
 
     dist = init_distributed()
     torch.manual_seed(0)

@@ -12,7 +12,7 @@ import yaml
 from mathrl.ablate.cli import main as ablate_main
 from mathrl.ablate.study import load_study, run_config
 from mathrl.config import ConfigError
-from mathrl.train.preflight import inert_settings
+from mathrl.config.rules import inert_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 

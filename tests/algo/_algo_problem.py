@@ -96,7 +96,7 @@ def gloo_worker(rank: int, world: int, port: int, out_path: str) -> None:
     import torch.distributed as dist
 
     from mathrl.algo.losses import global_normalizers
-    from mathrl.train.engines import global_sum
+    from mathrl.dist.collectives import global_sum
 
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
@@ -128,7 +128,7 @@ def whiten_worker(rank: int, world: int, port: int, out_path: str) -> None:
     import torch.distributed as dist
 
     from mathrl.algo.advantages import masked_whiten, reinforce_pp
-    from mathrl.train.engines import all_reduce
+    from mathrl.dist.collectives import all_reduce
 
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)

@@ -229,7 +229,7 @@ def test_global_normalizers_needs_reduce_and_issues_no_collective(fake_nccl):
     """scripts/bench_gpu.py called global_normalizers(cpu_masks) under an NCCL process group and crashed in
     algo/'s own all_reduce; now algo/ issues none, and a missing `reduce` is an error naming the fix."""
     masks = [t([[1, 1, 0], [1, 0, 0]]), t([[1, 1, 1]])]
-    with pytest.raises(TypeError, match=r"reduce is required.*engines\.global_sum.*reduce=None"):
+    with pytest.raises(TypeError, match=r"reduce is required.*collectives\.global_sum.*reduce=None"):
         global_normalizers(masks)
     assert global_normalizers(masks, reduce=None) == (6.0, 3.0)
     with pytest.raises(TypeError, match="callable"):
@@ -238,7 +238,7 @@ def test_global_normalizers_needs_reduce_and_issues_no_collective(fake_nccl):
 
 
 def test_algo_does_not_use_torch_distributed():
-    """docs/architecture.md: algo/ has no torch.distributed (collectives go through mathrl.train.engines)."""
+    """docs/architecture.md: algo/ has no torch.distributed (collectives go through mathrl.dist.collectives)."""
     import ast
     from pathlib import Path
 

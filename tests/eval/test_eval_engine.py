@@ -1,5 +1,5 @@
 """The engine `mathrl eval` builds (issue 37, point 3): the hf backend runs on the trainer's device
-(`mathrl.train.engines.device`), not on the CPU of a GPU machine, and `backend: auto` says once when it
+(`mathrl.dist.collectives.device`), not on the CPU of a GPU machine, and `backend: auto` says once when it
 falls back to hf because vLLM is missing."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import mathrl.eval.evaluate as ev
-import mathrl.train.engines as engines
+import mathrl.dist.collectives as collectives
 from mathrl.config import load_config
 
 
@@ -29,7 +29,7 @@ def _cfg(*extra):
 def test_hf_engine_is_on_the_trainer_device(tiny_dir):
     engine = ev.make_eval_engine(_cfg(), str(tiny_dir), log=lambda m: None)
     try:
-        assert engine.device == engines.device()
+        assert engine.device == collectives.device()
     finally:
         engine.close()
 
@@ -37,7 +37,7 @@ def test_hf_engine_is_on_the_trainer_device(tiny_dir):
 def test_hf_engine_follows_device(tiny_dir, monkeypatch):
     """A GPU stand-in without CUDA: device() answering the meta device (the model moves there like to a
     GPU); the engine's weights must land on it, as they must land on cuda:N on a GPU machine."""
-    monkeypatch.setattr(engines, "device", lambda: torch.device("meta"))
+    monkeypatch.setattr(collectives, "device", lambda: torch.device("meta"))
     engine = ev.make_eval_engine(_cfg(), str(tiny_dir), log=lambda m: None)
     try:
         assert engine.device == torch.device("meta")
@@ -52,7 +52,7 @@ def test_auto_without_vllm_says_so_once(tiny_dir, tmp_path, monkeypatch):
     cfg = _cfg("rollout.backend=auto", f"rollout.vllm_python={tmp_path / 'no-venv' / 'bin' / 'python'}")
     for _ in range(2):  # a checkpoint series builds one engine per checkpoint
         engine = ev.make_eval_engine(cfg, str(tiny_dir), log=said.append)
-        assert type(engine).__name__ == "HFRolloutEngine" and engine.device == engines.device()
+        assert type(engine).__name__ == "HFRolloutEngine" and engine.device == collectives.device()
         engine.close()
     assert len(said) == 1, said
     note = said[0]

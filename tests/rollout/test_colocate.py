@@ -235,7 +235,7 @@ def test_make_rollout_passes_the_rollout_settings(monkeypatch):
     make_rollout(cfg, models)
     import torch
 
-    from mathrl.train.engines import resolve_dtype
+    from mathrl.dist.engines import resolve_dtype
 
     assert seen["seed"] == cfg.train.seed
     assert seen["dtype"] == ("float32" if resolve_dtype(cfg.model.dtype) == torch.float32 else "bfloat16")

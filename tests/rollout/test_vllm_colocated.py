@@ -90,10 +90,10 @@ def launch(out: Path, overrides: list[str], ranks: int = 1, timeout: int = 600) 
     if ranks == 1:
         cmd = [py, str(DRIVER), str(out), *overrides]
     else:
-        from mathrl.train.engines import _free_port
+        from mathrl.dist.collectives import free_port
 
         cmd = [py, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks), "--master_port",
-               str(_free_port()), str(DRIVER), str(out), *overrides]
+               str(free_port()), str(DRIVER), str(out), *overrides]
     # without the process-group variables an earlier in-process run left in this process's environment (RANK,
     # MASTER_PORT, ...): the child would try to listen on that port again (EADDRINUSE in the full suite)
     env = {**without_dist_env(), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}

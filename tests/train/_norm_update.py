@@ -47,7 +47,7 @@ from mathrl.models import load_tokenizer  # noqa: E402
 from mathrl.reward.rewards import register_reward  # noqa: E402
 from mathrl.rollout import RolloutEngine, Sample, collate  # noqa: E402
 from mathrl.rollout.batch import select_groups  # noqa: E402
-from mathrl.train.engines import init_distributed  # noqa: E402
+from mathrl.dist.collectives import init_distributed  # noqa: E402
 
 G = 4
 PROMPT_LENS = [3, 6, 4, 8]   # "show : d d ..." = 2 + digits tokens

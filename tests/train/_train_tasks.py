@@ -61,10 +61,10 @@ def torchrun(script, args, ws: int, timeout: int = 420) -> tuple[int, str]:
 
     import pytest
 
-    from mathrl.train.engines import _free_port
+    from mathrl.dist.collectives import free_port
 
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ws), "--master_port",
-           str(_free_port()), str(script), *map(str, args)]
+           str(free_port()), str(script), *map(str, args)]
     proc = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:

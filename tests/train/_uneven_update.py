@@ -36,7 +36,7 @@ from mathrl.data import load_problems, render_prompt  # noqa: E402
 from mathrl.models import load_tokenizer  # noqa: E402
 from mathrl.rollout import RolloutEngine, SamplingConfig, make_engine  # noqa: E402
 from mathrl.rollout.batch import select_groups  # noqa: E402
-from mathrl.train.engines import init_distributed  # noqa: E402
+from mathrl.dist.collectives import init_distributed  # noqa: E402
 from mathrl.train.forward import plan_micro_batches  # noqa: E402
 from mathrl.train.loop import RLMethod  # noqa: E402
 

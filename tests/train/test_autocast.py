@@ -46,7 +46,7 @@ def test_auto_is_bf16_only_where_it_is_fast(monkeypatch):
     from mathrl.config import load_config
     from mathrl.models import precision
     from mathrl.train.models import compute_dtype
-    from mathrl.train.engines import DistInfo
+    from mathrl.dist.collectives import DistInfo
 
     cfg = load_config(None, ["model.autocast=auto"])
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)

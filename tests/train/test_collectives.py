@@ -1,5 +1,5 @@
 """Every tensor collective that mathrl itself issues goes through one helper,
-:func:`mathrl.train.engines.all_reduce`, which moves the tensor to the engine's device (NCCL refuses CPU
+:func:`mathrl.dist.collectives.all_reduce`, which moves the tensor to the engine's device (NCCL refuses CPU
 tensors: "No backend type associated with device type cpu"). A wrapper around torch.distributed's
 collectives records each call's caller and tensor device during real training runs (GRPO with KL,
 PPO with critic and whitening, REINFORCE++, SFT)."""
@@ -17,12 +17,12 @@ from _train_tasks import FIRST_DIGIT, digit_problems
 import mathrl
 from mathrl.config import load_config
 from mathrl.train import run
-from mathrl.train import engines
+from mathrl.dist import collectives
 
 pytestmark = pytest.mark.slow
 
 MATHRL_DIR = str(Path(mathrl.__file__).parent)
-HELPER = str(Path(engines.__file__))
+HELPER = str(Path(collectives.__file__))
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast",
                "reduce", "all_to_all_single")
 
@@ -33,11 +33,14 @@ def recorded(monkeypatch):
     for name in COLLECTIVES:
         real = getattr(tdist, name)
 
-        def wrapper(tensor, *args, _real=real, _name=name, **kwargs):
+        # any signature: DeepSpeed's communication backend keeps the functions it finds when it first starts,
+        # so a wrapper installed then is still called (with keyword arguments) by later tests in this process
+        def wrapper(*args, _real=real, _name=name, **kwargs):
             caller = sys._getframe(1).f_code.co_filename
+            tensor = args[0] if args else next(iter(kwargs.values()), None)
             dev = tensor.device if isinstance(tensor, torch.Tensor) else None
             calls.append((_name, caller, dev))
-            return _real(tensor, *args, **kwargs)
+            return _real(*args, **kwargs)
 
         monkeypatch.setattr(tdist, name, wrapper)
     return calls
@@ -47,8 +50,8 @@ def _check(calls) -> int:
     ours = [(n, f, d) for n, f, d in calls if f.startswith(MATHRL_DIR)]
     assert ours, "no collective issued by mathrl was seen: the wrapper did not record anything"
     stray = [(n, f) for n, f, _ in ours if f != HELPER]
-    assert not stray, f"collectives issued outside engines.all_reduce: {stray}"
-    assert all(d == engines.device() for _, _, d in ours)
+    assert not stray, f"collectives issued outside collectives.all_reduce: {stray}"
+    assert all(d == collectives.device() for _, _, d in ours)
     return len(ours)
 
 
@@ -67,7 +70,8 @@ def test_training_collectives_use_the_helper(digit_model_dir, tmp_path, recorded
 
 
 def test_sft_collectives_use_the_helper(digit_model_dir, recorded):
-    from mathrl.train.engines import build_engine, init_distributed
+    from mathrl.dist.collectives import init_distributed
+    from mathrl.dist.engines import build_engine
     from mathrl.train.rows import ForwardBatch
     from mathrl.train.sft import sft_train_step
     from transformers import AutoModelForCausalLM

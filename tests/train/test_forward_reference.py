@@ -449,7 +449,7 @@ def process_group(monkeypatch):
             monkeypatch.setenv(k, os.environ[k])
         else:
             monkeypatch.delenv(k, raising=False)
-    from mathrl.train.engines import init_distributed
+    from mathrl.dist.collectives import init_distributed
 
     info = init_distributed()
     assert info.world_size == 1
@@ -463,7 +463,7 @@ def process_group(monkeypatch):
 def test_deepspeed_engine_matches_row_alone_reference(batch, process_group, arch, stage, packed):
     from deepspeed.utils import safe_get_full_grad
 
-    from mathrl.train.engines import build_engine
+    from mathrl.dist.engines import build_engine
 
     ref_lp, ref_ent, ref_grads = _policy_reference(arch, "sdpa", batch)
     engine = build_engine(_model(arch, "sdpa").train(), lr=1e-3, weight_decay=0.0, schedule="constant", warmup=0,

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from mathrl.config import ConfigError
-from mathrl.train.ds_json import ds_config
+from mathrl.dist.ds_json import ds_config
 
 
 def _cfg(stage, offload="none", dtype=torch.bfloat16, config_path=None):
@@ -66,7 +66,8 @@ def test_sixteen_bf16_micro_batches_sum_in_fp32(stage):
     sum (DeepSpeed casts the sum to bf16 once for the reduction over ranks), where bf16 accumulation gives 1.0."""
     from deepspeed.utils import safe_get_full_fp32_param
 
-    from mathrl.train.engines import build_engine, init_distributed
+    from mathrl.dist.collectives import init_distributed
+    from mathrl.dist.engines import build_engine
 
     init_distributed()
     engine = build_engine(_Dot(), lr=1.0, weight_decay=0.0, schedule="constant", warmup=0, total_steps=1, stage=stage,

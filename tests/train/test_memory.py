@@ -120,7 +120,7 @@ def test_fit_reserves_the_full_parameter_count_and_reads_the_attention(monkeypat
     import torch
 
     from mathrl.config import load_config
-    from mathrl.train.engines import DistInfo
+    from mathrl.dist.collectives import DistInfo
 
     cfg = load_config(overrides=["rollout.n=2", "rollout.max_tokens=2", "train.batch_size=4"])
     policy = torch.nn.Linear(1000, 1000)  # 1 001 000 parameters
@@ -188,7 +188,7 @@ def test_resume_keeps_the_checkpoints_budget_or_says_why_not(monkeypatch, capsys
     import torch
 
     from mathrl.config import load_config
-    from mathrl.train.engines import DistInfo
+    from mathrl.dist.collectives import DistInfo
 
     cfg = load_config(overrides=["rollout.n=2", "rollout.max_tokens=2", "train.batch_size=4",
                                  f"train.micro_batch_tokens={configured}"])

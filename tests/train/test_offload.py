@@ -18,8 +18,8 @@ from safetensors.torch import load_file
 from mathrl.config import load_config
 from mathrl.train import checkpoint as ckpt
 from mathrl.train import run
-from mathrl.train.engines import build_engine
-from mathrl.train.ds_json import ds_config, offloads_optimizer, optimizer_block
+from mathrl.dist.engines import build_engine
+from mathrl.dist.ds_json import ds_config, offloads_optimizer, optimizer_block
 
 pytestmark = pytest.mark.slow
 
@@ -57,7 +57,7 @@ def test_optimizer_block_fills_auto_and_keeps_users_values():
 def test_offload_engine_is_deepspeed_cpu_adam_and_steps(stage, offload):
     from deepspeed.ops.adam import DeepSpeedCPUAdam
 
-    from mathrl.train.engines import init_distributed
+    from mathrl.dist.collectives import init_distributed
 
     init_distributed()
 

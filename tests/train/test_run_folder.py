@@ -148,14 +148,14 @@ def test_a_rank_killed_mid_run_gives_the_survivor_one_line(tiny_model_dir, tmp_p
     import signal
     import time
 
-    from mathrl.train.engines import _free_port
+    from mathrl.dist.collectives import free_port
 
     out = tmp_path / "two"
     args = [sys.executable, "-m", "mathrl.cli", "train", f"model.name={tiny_model_dir}", "data.source=synthetic",
             "rollout.backend=hf", "rollout.max_tokens=8", "rollout.n=2", "train.batch_size=2", "train.steps=200",
             f"train.output_dir={out}", "logging.tensorboard=false", "logging.console=plain", "data.eval_limit=1",
             "eval.n=1", "eval.k=1", "eval.max_tokens=2", "train.dist_timeout_minutes=2"]
-    port = str(_free_port())
+    port = str(free_port())
     procs = []
     for rank in (0, 1):
         env = dict(without_dist_env(), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",

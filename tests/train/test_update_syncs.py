@@ -28,7 +28,7 @@ def process_group(monkeypatch):
             monkeypatch.setenv(k, os.environ[k])
         else:
             monkeypatch.delenv(k, raising=False)
-    from mathrl.train.engines import init_distributed
+    from mathrl.dist.collectives import init_distributed
 
     return init_distributed()
 

@@ -136,7 +136,7 @@ def test_zero3_loads_models_sharded(digit_model_dir, tmp_path):
     gets ordinary whole tensors."""
     from transformers import AutoModelForCausalLM
 
-    from mathrl.train.engines import zero3_init
+    from mathrl.dist.engines import zero3_init
 
     before = zero3_init.taken
     cfg = _digit_cfg(digit_model_dir, tmp_path / "z3", "deepspeed.zero_stage=3", "train.steps=1")
@@ -152,8 +152,9 @@ def test_zero3_loads_the_critic_sharded(digit_model_dir, tmp_path):
     backbone weights are ZeRO-3 shards (no full copy), for both a causal-LM folder and a saved critic
     (whose files are loaded into the gathered shards). Outside ZeRO-3 the same load gives whole tensors."""
     from mathrl.models.value_head import ValueModel
-    from mathrl.train.engines import init_distributed, zero3_init
-    from mathrl.train.ds_json import ds_config
+    from mathrl.dist.collectives import init_distributed
+    from mathrl.dist.engines import zero3_init
+    from mathrl.dist.ds_json import ds_config
 
     init_distributed()
     plain = ValueModel.from_pretrained(digit_model_dir)

@@ -24,7 +24,7 @@ from mathrl.data import DataError, load_problems
 from mathrl.data.readers import json_line_error
 from mathrl.models import ModelError
 from mathrl.procs import without_dist_env
-from mathrl.train.ds_json import check_batch_sizes, ds_config
+from mathrl.dist.ds_json import check_batch_sizes, ds_config
 from mathrl_testenv import require
 
 REPO = Path(__file__).resolve().parents[2]

@@ -22,7 +22,7 @@ def test_defaults_validate_and_auto_resolution():
 
 @pytest.mark.parametrize("recipe", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)
 def test_every_shipped_recipe_loads(recipe):
-    from mathrl.train.preflight import inert_settings
+    from mathrl.config.rules import inert_settings
 
     assert inert_settings(load_config(recipe)) == []  # and sets nothing that cannot act
 

@@ -12,7 +12,7 @@ import torch
 
 from mathrl.algo.losses import policy_loss
 from mathrl.config import load_config
-from mathrl.train.preflight import inert_settings
+from mathrl.config.rules import inert_settings
 
 
 def _loss_and_grad(logp0: torch.Tensor, old: torch.Tensor, clip_high: float) -> tuple[float, torch.Tensor]:

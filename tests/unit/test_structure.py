@@ -135,6 +135,29 @@ def test_the_product_does_not_import_the_test_tooling():
     assert bad == []
 
 
+# the layers below the trainer: what each may import of mathrl (anywhere in a module, functions included)
+LOWER_LAYERS = {"mathrl.dist": ("mathrl.dist", "mathrl.errors", "mathrl.config"),
+                "mathrl.algo": ("mathrl.algo", "mathrl.errors", "mathrl.registry")}
+
+
+def layer_violations(edges: dict[str, set[str]]) -> list[str]:
+    return [f"{m} -> {t}" for layer, allowed in LOWER_LAYERS.items() for m, ts in edges.items()
+            if m == layer or m.startswith(layer + ".") for t in sorted(ts)
+            if not any(t == a or t.startswith(a + ".") for a in allowed)]
+
+
+def test_the_distributed_and_algorithm_layers_import_nothing_above_them():
+    """mathrl.dist (collectives, DeepSpeed engines and configs, checkpoint folders) sits below the trainer and
+    mathrl.algo is pure: neither imports train/, rollout/, eval/ or any other stage."""
+    assert layer_violations(import_graph(_modules())) == []
+
+
+def test_the_layer_check_finds_an_upward_import():
+    edges = {"mathrl.dist.engines": {"mathrl.dist.collectives", "mathrl.train.models"},
+             "mathrl.algo.kl": {"mathrl.registry"}, "mathrl.train.loop": {"mathrl.dist.engines"}}
+    assert layer_violations(edges) == ["mathrl.dist.engines -> mathrl.train.models"]
+
+
 @pytest.mark.parametrize("rel", sorted(str(p.relative_to(PKG)) for p in PKG.rglob("*.py")))
 def test_files_are_small_enough_to_read(rel):
     n = len((PKG / rel).read_text().splitlines())
