@@ -148,13 +148,13 @@ def run_mathrl(cases, workers: int, timeout: float, second_opinion: bool = True)
     """mathrl's verdicts on ``cases`` and the seconds they took. The worker pool is started (and warmed
     on one trivial case) when a verifier's settings change, then kept across sets, as in a training run:
     its workers see the sets in the same order, with the same caches, as math-verify's process does."""
-    from mathrl.reward import grade_batch, shutdown_pool
+    from mathrl.reward import GradeOptions, grade_batch, shutdown_pool
     from mathrl.reward.pool import get_pool
 
     if _POOL_SETTINGS[-1:] != [(workers, second_opinion)]:
         os.environ["MATHRL_VERIFIER_SECOND_OPINION"] = "1" if second_opinion else "0"
         shutdown_pool()  # the workers read the switch when they start
-        get_pool(workers).grade_many([("\\boxed{1}", "1", False)] * workers, 30.0)  # warm up
+        get_pool(workers).grade_many([("\\boxed{1}", "1", False)] * workers, GradeOptions(30.0))  # warm up
         _POOL_SETTINGS.append((workers, second_opinion))
     t0 = time.perf_counter()
     grades = grade_batch([c[0] for c in cases], [c[1] for c in cases], timeout=timeout, workers=workers,

@@ -103,16 +103,16 @@ def training_rows(cfg, tokenizer) -> list[dict]:
 
 def make_reward(cfg, eos_ids: set[int]):
     """mathrl's reward terms of ``cfg`` (its verifier, its truncation rule) as a TRL reward function."""
-    from mathrl.reward import compute_rewards, grade_batch
+    from mathrl.reward import GradeOptions, compute_rewards, grade_batch
     from mathrl.reward.rewards import RewardContext, needs_grades, reward_terms
 
     terms = reward_terms(cfg)
+    options = GradeOptions.from_config(cfg)
     T = cfg.rollout.max_tokens
 
     def mathrl_reward(prompts, completions, completion_ids, gold, **_kw):
         truncated = [len(ids) >= T and ids[-1] not in eos_ids for ids in completion_ids]
-        grades = grade_batch(completions, gold, timeout=cfg.reward.timeout, workers=cfg.reward.workers,
-                             truncated=truncated, rel_tol=cfg.reward.rel_tol) if needs_grades(terms) else None
+        grades = grade_batch(completions, gold, options, truncated=truncated) if needs_grades(terms) else None
         return compute_rewards(terms, RewardContext(responses=completions, grades=grades, truncated=truncated,
                                                     lengths=[len(i) for i in completion_ids], max_length=T,
                                                     golds=list(gold)))

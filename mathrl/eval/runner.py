@@ -23,12 +23,15 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from mathrl.eval.metrics import (
     MAJ_EXACT_SUBSETS, MAJ_RESAMPLES, bootstrap_ci, cluster_answers, maj_at_k, mean, pass_at_k, wilson_interval,
 )
 from mathrl.eval.records import read_records, write_records
+
+if TYPE_CHECKING:
+    from mathrl.reward.options import GradeOptions
 
 __all__ = ["EvalSettings", "evaluate_benchmark", "grade_records", "cluster_answers_batch", "summarize",
            "regrade_records", "read_records", "write_records"]
@@ -55,6 +58,8 @@ class EvalSettings:
         stop: extra stop strings (the template's own are always added).
         timeout: verifier timeout per response, seconds.
         workers: verifier processes (None = the pool's default).
+        rel_tol: relative tolerance for numeric answers (0 = exact); these three
+            are :attr:`grading`, the verifier's options.
         chunk_rows: most sampled rows (prompts x n) per engine call; bounds
             memory and gives progress lines. None = 256 for the hf backend (its
             decode step reads every weight once per step, so on a CPU 256 rows
@@ -95,12 +100,22 @@ class EvalSettings:
 
     @classmethod
     def from_config(cls, cfg, *, top_k: int | None = None) -> "EvalSettings":
-        """The evaluation settings of a :class:`mathrl.config.Config` (``eval.*``, template, seed, verifier)."""
+        """The evaluation settings of a :class:`mathrl.config.Config` (``eval.*``, template, seed, and the
+        verifier's :meth:`mathrl.reward.options.GradeOptions.from_config`)."""
+        from mathrl.reward.options import GradeOptions
+
         return cls(n=cfg.eval.n, ks=tuple(cfg.eval.k), temperature=cfg.eval.temperature, top_p=cfg.eval.top_p,
                    top_k=-1 if top_k is None else top_k, max_tokens=cfg.eval.max_tokens, greedy=cfg.eval.greedy,
                    seed=cfg.train.seed, template=cfg.data.template, system_prompt=cfg.data.system_prompt,
-                   stop=tuple(cfg.rollout.stop), timeout=cfg.reward.timeout, workers=cfg.reward.workers,
-                   rel_tol=cfg.reward.rel_tol, chunk_rows=cfg.eval.chunk_rows)
+                   stop=tuple(cfg.rollout.stop), chunk_rows=cfg.eval.chunk_rows,
+                   **asdict(GradeOptions.from_config(cfg)))
+
+    @property
+    def grading(self) -> GradeOptions:
+        """The verifier's options (``timeout``, ``rel_tol``, ``workers``), checked."""
+        from mathrl.reward.options import GradeOptions
+
+        return GradeOptions(timeout=self.timeout, rel_tol=self.rel_tol, workers=self.workers)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -230,9 +245,10 @@ def assemble_parts(parts: Sequence[Sequence[dict]], bounds: Sequence[tuple[int, 
 def _default_grader(settings: EvalSettings):
     from mathrl.reward import grade_batch
 
+    options = settings.grading
+
     def grade(responses: list[str], golds: list[str], truncated: list[bool]):
-        return grade_batch(responses, golds, timeout=settings.timeout, workers=settings.workers,
-                           truncated=truncated, rel_tol=settings.rel_tol)
+        return grade_batch(responses, golds, options, truncated=truncated)
 
     return grade
 
@@ -241,7 +257,7 @@ def grade_records(records: list[dict], settings: EvalSettings, grader=None) -> l
     """Fill in every sample's ``extracted``, ``correct``, ``reason``, then the answer classes.
 
     ``grader(responses, golds, truncated) -> list[Grade]`` defaults to
-    :func:`mathrl.reward.grade_batch` with the settings' timeout and workers.
+    :func:`mathrl.reward.grade_batch` with the settings' grading options (:attr:`EvalSettings.grading`).
     A response with finish reason ``length`` is graded as truncated.
     """
     grader = grader or _default_grader(settings)

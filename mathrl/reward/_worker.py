@@ -1,7 +1,9 @@
 """Grading worker process: ``python -m mathrl.reward._worker`` (started by GraderPool).
 
-Reads length-prefixed pickles ``(index, response, gold, truncated, rel_tol)`` from stdin and writes
-``(index, correct, extracted, reason)`` to stdout. Announces ``"ready"`` after warming up.
+Reads length-prefixed pickles ``(index, response, gold, truncated, options)`` from stdin (``options``:
+the batch's :class:`mathrl.reward.options.GradeOptions`; the pool enforces its timeout, the worker
+grades with its ``rel_tol``) and writes ``(index, correct, extracted, reason)`` to stdout. Announces
+``"ready"`` after warming up.
 """
 
 from __future__ import annotations
@@ -94,8 +96,8 @@ def main() -> None:
         body = _read_exact(inp, n)
         if body is None:
             return
-        i, response, gold, truncated, rel_tol = pickle.loads(body)
-        g = grade_local(response, gold, bool(truncated), float(rel_tol))
+        i, response, gold, truncated, options = pickle.loads(body)
+        g = grade_local(response, gold, bool(truncated), options.rel_tol)
         send((i, g.correct, g.extracted, g.reason))
 
 

@@ -17,62 +17,54 @@ import time
 from collections.abc import Sequence
 
 from mathrl.reward.grader import Grade, fast_grade
+from mathrl.reward.options import GradeOptions
 from mathrl.reward.pool import get_pool
 
 __all__ = ["GradeStream", "grade", "grade_batch"]
 
 
-def _check_timeout(timeout: float) -> float:
-    try:
-        t = float(timeout)
-    except (TypeError, ValueError):
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}") from None
-    if not t > 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    return t
-
-
-def grade(response: str, gold: str, *, timeout: float = 5.0, truncated: bool = False,
-          rel_tol: float = 0.0) -> Grade:
+def grade(response: str, gold: str, options: GradeOptions | None = None, *, truncated: bool = False,
+          timeout: float | None = None, rel_tol: float | None = None) -> Grade:
     """Grade one response against its gold answer.
 
     ``truncated=True`` means the sampler stopped at the length limit; then only an explicit
     final-answer marker (box, ``####``, "the answer is") counts (see
     :mod:`mathrl.reward.extract` for the full extraction and hedging policy).
+    ``options`` (or the shorthand ``timeout=``, ``rel_tol=``): as for :func:`grade_batch`.
     Never raises on any response; a call that needs more than ``timeout`` seconds returns
     ``Grade(False, None, "timeout")``.
     """
-    return grade_batch([response], [gold], timeout=timeout, truncated=[truncated], rel_tol=rel_tol)[0]
+    options = GradeOptions.resolve(options, timeout=timeout, rel_tol=rel_tol)
+    return grade_batch([response], [gold], options, truncated=[truncated])[0]
 
 
 def grade_batch(
     responses: Sequence[str],
     golds: Sequence[str],
+    options: GradeOptions | None = None,
     *,
-    timeout: float = 5.0,
-    workers: int | None = None,
     truncated: Sequence[bool] | bool | None = None,
     durations: list[float] | None = None,
-    rel_tol: float = 0.0,
+    timeout: float | None = None,
+    workers: int | None = None,
+    rel_tol: float | None = None,
 ) -> list[Grade]:
     """Grade many responses in parallel worker processes; results in input order.
 
-    Each call is limited to ``timeout`` seconds (killed and recorded as ``timeout``; the worker
-    is replaced). ``workers`` sets the shared pool's size (default: usable CPUs, at most 16).
+    ``options``: a :class:`~mathrl.reward.options.GradeOptions` (the trainer and ``mathrl eval`` build it
+    from the config with ``GradeOptions.from_config``); ``timeout=``, ``workers=`` and ``rel_tol=`` are a
+    shorthand for ``GradeOptions(timeout=..., workers=..., rel_tol=...)`` (the defaults for those not
+    given), not to be combined with ``options``. Each call is limited to ``timeout`` seconds (killed and
+    recorded as ``timeout``; the worker is replaced). ``workers`` sets the shared pool's size (default:
+    usable CPUs, at most 16). ``rel_tol``: relative tolerance for numeric answers; 0, the default, compares
+    numbers exactly (0.333 is not 1/3).
     ``truncated``: one bool per response, a single bool for all, or None (= all False).
     ``durations``: if a list is given, it is filled with one float per response: seconds spent
     on it (in this process for the fast path; from dispatch to verdict for the worker pool, so
     a timeout shows as about ``timeout``). For profiling the verifier; costs nothing otherwise.
-    ``rel_tol``: relative tolerance for numeric answers (``reward.rel_tol``); 0, the default, compares
-    numbers exactly (0.333 is not 1/3). Safe to call from any thread.
+    Safe to call from any thread.
     """
-    t = _check_timeout(timeout)
-    try:
-        tol = float(rel_tol)
-    except (TypeError, ValueError):
-        raise ValueError(f"rel_tol must be a number in [0, 1), got {rel_tol!r}") from None
-    if not 0.0 <= tol < 1.0:
-        raise ValueError(f"rel_tol must be a number in [0, 1), got {rel_tol!r}")
+    options = GradeOptions.resolve(options, timeout=timeout, workers=workers, rel_tol=rel_tol)
     responses = list(responses)
     golds = list(golds)
     if len(responses) != len(golds):
@@ -85,14 +77,12 @@ def grade_batch(
         truncs = [bool(x) for x in truncated]
         if len(truncs) != len(responses):
             raise ValueError(f"grade_batch: {len(truncs)} truncated flags for {len(responses)} responses")
-    if workers is not None and int(workers) < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
     out: list[Grade | None] = []
     slow: list[int] = []
     times = [0.0] * len(responses) if durations is not None else None
     for i, (r, g, tr) in enumerate(zip(responses, golds, truncs)):
         t0 = time.perf_counter() if times is not None else 0.0
-        fg = fast_grade(r, g, tr, tol) if isinstance(r, str) and isinstance(g, str) else None
+        fg = fast_grade(r, g, tr, options.rel_tol) if isinstance(r, str) and isinstance(g, str) else None
         if fg is None and not (isinstance(r, str) and isinstance(g, str)):
             fg = Grade(False, None, "error")
         out.append(fg)
@@ -101,9 +91,9 @@ def grade_batch(
         if fg is None:
             slow.append(i)
     if slow:
-        pool = get_pool(workers)
+        pool = get_pool(options.workers)
         pool_times: list[float] | None = [] if times is not None else None
-        res = pool.grade_many([(responses[i], golds[i], truncs[i], tol) for i in slow], t, durations=pool_times)
+        res = pool.grade_many([(responses[i], golds[i], truncs[i]) for i in slow], options, durations=pool_times)
         for k, (i, g) in enumerate(zip(slow, res)):
             out[i] = g
             if times is not None and pool_times is not None:
@@ -123,13 +113,14 @@ class GradeStream:
     responses: any row that never arrived, or arrived with a different text, is graded then, so an
     engine that streams nothing (or streams wrongly) still gets every row graded right.
 
-    ``golds``: one gold answer per row; the other arguments as for :func:`grade_batch`.
+    ``golds``: one gold answer per row; ``options`` (or the shorthand ``timeout=``, ``workers=``,
+    ``rel_tol=``) as for :func:`grade_batch`.
     """
 
-    def __init__(self, golds: Sequence[str], *, timeout: float = 5.0, workers: int | None = None,
-                 rel_tol: float = 0.0) -> None:
+    def __init__(self, golds: Sequence[str], options: GradeOptions | None = None, *,
+                 timeout: float | None = None, workers: int | None = None, rel_tol: float | None = None) -> None:
         self.golds = list(golds)
-        self._kw = dict(timeout=_check_timeout(timeout), workers=workers, rel_tol=rel_tol)
+        self.options = GradeOptions.resolve(options, timeout=timeout, workers=workers, rel_tol=rel_tol)
         self._queue: queue.Queue = queue.Queue()
         self._got: dict[int, tuple[str, bool, Grade]] = {}
         self._error: BaseException | None = None
@@ -154,8 +145,8 @@ class GradeStream:
             items = [it for it in items if it is not None and 0 <= it[0] < len(self.golds)]
             if items and self._error is None:
                 try:
-                    res = grade_batch([r for _, r, _ in items], [self.golds[i] for i, _, _ in items],
-                                      truncated=[t for _, _, t in items], **self._kw)
+                    res = grade_batch([r for _, r, _ in items], [self.golds[i] for i, _, _ in items], self.options,
+                                      truncated=[t for _, _, t in items])
                     for (i, r, t), g in zip(items, res):
                         self._got[i] = (r, t, g)
                 except BaseException as exc:  # re-raised by finish()
@@ -187,8 +178,8 @@ class GradeStream:
                 late.append(i)
         self.streamed = len(responses) - len(late)
         if late:
-            res = grade_batch([responses[i] for i in late], [self.golds[i] for i in late],
-                              truncated=[bool(truncated[i]) for i in late], **self._kw)
+            res = grade_batch([responses[i] for i in late], [self.golds[i] for i in late], self.options,
+                              truncated=[bool(truncated[i]) for i in late])
             for i, g in zip(late, res):
                 out[i] = g
         return out  # type: ignore[return-value]

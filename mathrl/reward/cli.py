@@ -19,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 from mathrl.reward.api import grade, grade_batch
+from mathrl.reward.options import GradeOptions, GradeOptionsError
 
 __all__ = ["main", "load_cases"]
 
@@ -71,16 +72,15 @@ def _short(s: str | None, n: int = 70) -> str:
     return s if len(s) <= n else s[: n - 3] + "..."
 
 
-def _run_file(args) -> int:
+def _run_file(args, options: GradeOptions) -> int:
     try:
         cases = load_cases(args.file)
     except CaseFileError as e:
         print(f"mathrl verify: error: {e}", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
-    grades = grade_batch([c["response"] for c in cases], [c["gold"] for c in cases], timeout=args.timeout,
-                         workers=args.workers, truncated=[c.get("truncated", False) for c in cases],
-                         rel_tol=args.rel_tol)
+    grades = grade_batch([c["response"] for c in cases], [c["gold"] for c in cases], options,
+                         truncated=[c.get("truncated", False) for c in cases])
     dt = time.perf_counter() - t0
     reasons = Counter(g.reason for g in grades)
     print(f"{len(cases)} cases in {dt:.2f}s ({len(cases) / dt:.0f} cases/s); reasons: "
@@ -127,24 +127,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.timeout <= 0:
-        print(f"mathrl verify: error: --timeout must be > 0, got {args.timeout}", file=sys.stderr)
-        return 2
-    if not 0.0 <= args.rel_tol < 1.0:
-        print(f"mathrl verify: error: --rel-tol must be in [0, 1), got {args.rel_tol}", file=sys.stderr)
+    try:
+        options = GradeOptions(timeout=args.timeout, workers=args.workers, rel_tol=args.rel_tol)
+    except GradeOptionsError as e:  # named by its flag: --timeout, --workers, --rel-tol
+        print(f"mathrl verify: error: --{e.option.replace('_', '-')} must be {e.allowed}, got {e.value}",
+              file=sys.stderr)
         return 2
     if args.file:
         if args.gold is not None or args.response is not None:
             print("mathrl verify: error: use either --file or --gold/--response, not both", file=sys.stderr)
             return 2
-        return _run_file(args)
+        return _run_file(args, options)
     if args.gold is None or args.response is None:
         print("mathrl verify: error: give --gold and --response, or --file cases.jsonl", file=sys.stderr)
         return 2
     if not args.gold.strip():
         print("mathrl verify: error: --gold is empty; give the reference answer", file=sys.stderr)
         return 2
-    g = grade(args.response, args.gold, timeout=args.timeout, truncated=args.truncated, rel_tol=args.rel_tol)
+    g = grade(args.response, args.gold, options, truncated=args.truncated)
     print(f"{'CORRECT' if g.correct else 'WRONG'}  reason={g.reason}  extracted={g.extracted!r}")
     return 0
 

@@ -17,8 +17,9 @@ Order of checks for two scalars (first decisive one wins):
 The answer policy (the same text is in README, "Verifier"):
 
 * **Numbers are exact rationals** by default (0.33 != 1/3, 1/2^99 != 1/2^98). ``reward.rel_tol`` (or
-  ``grade_batch(rel_tol=...)``, ``mathrl verify --rel-tol``) accepts numbers within a relative
-  distance instead, for users who grade rounded answers.
+  ``GradeOptions(rel_tol=...)``, ``mathrl verify --rel-tol``) accepts numbers within a relative
+  distance instead, for users who grade rounded answers; it reaches the comparisons here as the
+  ``rel_tol`` argument of each function.
 * **Number formats**: thousands separators (``1,000``, ``1 000``, ``1\\,000``, ``11,\\! 111``),
   leading-dot decimals, repeating decimals (``0.\\overline{3}``, ``0.(3)``), mixed numbers
   (``1\\frac12``), scientific notation, scale words (``2 million``) and number words (``seven``).
@@ -64,7 +65,7 @@ from mathrl.reward.normalize import (
     parse_answer,
 )
 from mathrl.reward.numbers import clock_time, exact_number, ratio
-from mathrl.reward.symbolic import REL_TOL, num_close, sympy_equal, to_sympy
+from mathrl.reward.symbolic import num_close, sympy_equal, to_sympy
 
 __all__ = ["equivalent", "fast_equivalent", "nodes_equal", "scalar_equal"]
 
@@ -129,9 +130,9 @@ def _percent_pairs(a, b, g: Scalar, r: Scalar, hundred) -> list[tuple]:
     return [(a, b)]
 
 
-def scalar_equal(g: Scalar, r: Scalar, fast: bool = False) -> bool:
+def scalar_equal(g: Scalar, r: Scalar, fast: bool, rel_tol: float) -> bool:
     """Equality of two scalars (see module docstring). ``fast`` raises _NeedSympy instead of
-    using sympy."""
+    using sympy; ``rel_tol``: the relative tolerance for numbers (0 = exact)."""
     gs, rs = g.text.strip(), r.text.strip()
     if not gs or not rs:
         return False
@@ -158,8 +159,7 @@ def scalar_equal(g: Scalar, r: Scalar, fast: bool = False) -> bool:
             return gd.upper() == rd.upper() and (gbase is None or rbase is None or gbase == rbase)
     gv, rv = exact_number(gs), exact_number(rs)
     if gv is not None and rv is not None:
-        tol = REL_TOL.get()
-        return any(_within(x, y, tol) for x, y in _percent_pairs(gv, rv, g, r, 100))
+        return any(_within(x, y, rel_tol) for x, y in _percent_pairs(gv, rv, g, r, 100))
     gt, rt = _is_text(gs), _is_text(rs)
     if gt or rt:
         if gt and rt:
@@ -182,20 +182,20 @@ def scalar_equal(g: Scalar, r: Scalar, fast: bool = False) -> bool:
         return False
 
     if isinstance(a, sympy.Expr) and isinstance(b, sympy.Expr):
-        return any(sympy_equal(x, y) for x, y in _percent_pairs(a, b, g, r, sympy.Integer(100)))
-    return sympy_equal(a, b)
+        return any(sympy_equal(x, y, rel_tol) for x, y in _percent_pairs(a, b, g, r, sympy.Integer(100)))
+    return sympy_equal(a, b, rel_tol)
 
 
 # ----------------------------------------------------------------------------- structures
 
-def _unordered_match(gs: tuple, rs: tuple, fast: bool) -> bool:
+def _unordered_match(gs: tuple, rs: tuple, fast: bool, rel_tol: float) -> bool:
     """Is there a one-to-one pairing of gold and response items into equal pairs?
     Equality matrix (n^2 comparisons) + augmenting-path bipartite matching: polynomial, so
     repeated items cannot trigger factorial backtracking."""
     n = len(gs)
     if n != len(rs) or n > 40:
         return False
-    eq = [[nodes_equal(a, b, fast) for b in rs] for a in gs]
+    eq = [[nodes_equal(a, b, fast, rel_tol) for b in rs] for a in gs]
     match_r = [-1] * n  # response item -> gold item
 
     def augment(i: int, seen: list[bool]) -> bool:
@@ -210,8 +210,8 @@ def _unordered_match(gs: tuple, rs: tuple, fast: bool) -> bool:
     return all(augment(i, [False] * n) for i in range(n))
 
 
-def _ordered(gs: tuple, rs: tuple, fast: bool) -> bool:
-    return len(gs) == len(rs) and all(nodes_equal(a, b, fast) for a, b in zip(gs, rs))
+def _ordered(gs: tuple, rs: tuple, fast: bool, rel_tol: float) -> bool:
+    return len(gs) == len(rs) and all(nodes_equal(a, b, fast, rel_tol) for a, b in zip(gs, rs))
 
 
 def _vector(m: Matrix) -> tuple | None:
@@ -241,8 +241,9 @@ def _relation_value(n: Relation):
     return None
 
 
-def nodes_equal(g, r, fast: bool = False) -> bool:
-    """Structural equality of gold node ``g`` and response node ``r``.
+def nodes_equal(g, r, fast: bool, rel_tol: float) -> bool:
+    """Structural equality of gold node ``g`` and response node ``r`` (``fast`` and ``rel_tol`` as for
+    :func:`scalar_equal`).
 
     * Seq vs Seq: same brackets (open/closed ends matter), items in order.
     * Group/Union vs Group/Union: unordered, same size, one-to-one matching.
@@ -261,68 +262,68 @@ def nodes_equal(g, r, fast: bool = False) -> bool:
         if v is not None:
             from mathrl.reward.normalize import parse_node
 
-            return nodes_equal(g, parse_node(r.rhs, False, False, 1), fast)
+            return nodes_equal(g, parse_node(r.rhs, False, False, 1), fast, rel_tol)
         return False
     if isinstance(g, Relation) and not isinstance(r, Relation):
         if _relation_value(g) is not None or (g.op == "=" and not g.extra and _names_only(g.lhs)):
             from mathrl.reward.normalize import parse_node
 
-            return nodes_equal(parse_node(g.rhs, False, False, 1), r, fast)
+            return nodes_equal(parse_node(g.rhs, False, False, 1), r, fast, rel_tol)
         if g.op == "=" and not g.extra and is_var(g.rhs):  # the value first: '2 = x'
             from mathrl.reward.normalize import parse_node
 
-            return nodes_equal(parse_node(g.lhs, False, False, 1), r, fast)
+            return nodes_equal(parse_node(g.lhs, False, False, 1), r, fast, rel_tol)
         return False
     if isinstance(g, Relation) and isinstance(r, Relation):
-        return _relations_equal(g, r, fast)
+        return _relations_equal(g, r, fast, rel_tol)
 
     if isinstance(g, Scalar) and isinstance(r, Scalar):
-        return scalar_equal(g, r, fast)
+        return scalar_equal(g, r, fast, rel_tol)
     if isinstance(g, Seq) and isinstance(r, Seq):
-        return g.open == r.open and g.close == r.close and _ordered(g.items, r.items, fast)
+        return g.open == r.open and g.close == r.close and _ordered(g.items, r.items, fast, rel_tol)
     if isinstance(g, Matrix) and isinstance(r, Matrix):
         if len(g.rows) != len(r.rows) or any(len(a) != len(b) for a, b in zip(g.rows, r.rows)):
             return False
-        return all(nodes_equal(a, b, fast) for ra, rb in zip(g.rows, r.rows) for a, b in zip(ra, rb))
+        return all(nodes_equal(a, b, fast, rel_tol) for ra, rb in zip(g.rows, r.rows) for a, b in zip(ra, rb))
     if isinstance(g, Matrix) and isinstance(r, (Seq, Group)):
         v = _vector(g)
         if v is None or (isinstance(r, Seq) and (r.open + r.close) not in ("()", "[]")) or (
                 isinstance(r, Group) and r.kind == "set"):
             return False
-        return _ordered(v, r.items, fast)
+        return _ordered(v, r.items, fast, rel_tol)
     if isinstance(r, Matrix) and isinstance(g, Seq) and (g.open + g.close) in ("()", "[]"):
         v = _vector(r)  # gold tuple, response written as a column/row vector (or computed as one)
-        return v is not None and _ordered(g.items, v, fast)
+        return v is not None and _ordered(g.items, v, fast, rel_tol)
     coll = (Group, Union)
     if isinstance(g, coll) and isinstance(r, coll):
         gi = g.items if isinstance(g, Group) else g.parts
         ri = r.items if isinstance(r, Group) else r.parts
-        return _unordered_match(gi, ri, fast)
+        return _unordered_match(gi, ri, fast, rel_tol)
     if isinstance(g, Union) and isinstance(r, Seq):
-        return len(g.parts) == 1 and nodes_equal(g.parts[0], r, fast)
+        return len(g.parts) == 1 and nodes_equal(g.parts[0], r, fast, rel_tol)
     if isinstance(g, Seq) and isinstance(r, Union):
-        return len(r.parts) == 1 and nodes_equal(g, r.parts[0], fast)
+        return len(r.parts) == 1 and nodes_equal(g, r.parts[0], fast, rel_tol)
     if isinstance(g, Seq) and isinstance(r, Group) and r.kind == "list":
-        return g.open == "(" and g.close == ")" and _ordered(g.items, r.items, fast)
+        return g.open == "(" and g.close == ")" and _ordered(g.items, r.items, fast, rel_tol)
     if isinstance(g, Group) and isinstance(r, Seq):
         if g.kind == "list" and r.open == "(" and r.close == ")":
-            return _unordered_match(g.items, r.items, fast)
+            return _unordered_match(g.items, r.items, fast, rel_tol)
         return False
     if isinstance(g, Group) and not isinstance(r, coll):
-        return len(g.items) == 1 and nodes_equal(g.items[0], r, fast)
+        return len(g.items) == 1 and nodes_equal(g.items[0], r, fast, rel_tol)
     if isinstance(r, Group) and not isinstance(g, coll):
-        return len(r.items) > 0 and all(nodes_equal(g, x, fast) for x in r.items)
+        return len(r.items) > 0 and all(nodes_equal(g, x, fast, rel_tol) for x in r.items)
     return False
 
 
-def _relations_equal(g: Relation, r: Relation, fast: bool) -> bool:
+def _relations_equal(g: Relation, r: Relation, fast: bool, rel_tol: float) -> bool:
     if g.op != r.op:
         flip = {"<": ">", ">": "<", "\\leq": "\\geq", "\\geq": "\\leq"}
         if flip.get(g.op) == r.op:
             r = Relation(r.rhs, g.op, r.lhs)
         else:
             return False
-    if _norm_str(g.lhs) == _norm_str(r.lhs) and nodes_equal(Scalar(g.rhs), Scalar(r.rhs), fast):
+    if _norm_str(g.lhs) == _norm_str(r.lhs) and nodes_equal(Scalar(g.rhs), Scalar(r.rhs), fast, rel_tol):
         return True
     if fast:
         raise _NeedSympy
@@ -337,7 +338,7 @@ def _relations_equal(g: Relation, r: Relation, fast: bool) -> bool:
         return False
     if gd == 0 or rd == 0:
         return False
-    q = _constant_ratio(gd, rd)
+    q = _constant_ratio(gd, rd, rel_tol)
     if q is None:
         q = sympy.simplify(gd / rd)
     if not q.is_number:
@@ -347,10 +348,11 @@ def _relations_equal(g: Relation, r: Relation, fast: bool) -> bool:
     return bool(q.is_positive)  # inequalities: only a positive factor keeps the direction
 
 
-def _constant_ratio(a, b):
+def _constant_ratio(a, b, rel_tol: float):
     """``a / b`` when it is the same number at 5 random rational points (two equations are the same
-    when lhs - rhs are proportional); False when it visibly varies; None when the points do not
-    decide (a pole, a non-number), so the caller simplifies symbolically."""
+    when lhs - rhs are proportional; the values compared as :func:`mathrl.reward.symbolic.num_close`
+    with ``rel_tol``); False when it visibly varies; None when the points do not decide (a pole, a
+    non-number), so the caller simplifies symbolically."""
     import sympy
 
     syms = sorted(a.free_symbols | b.free_symbols, key=lambda s: s.name)
@@ -368,7 +370,7 @@ def _constant_ratio(a, b):
         if first is None:
             first = q
             continue
-        same = num_close(q, first)
+        same = num_close(q, first, rel_tol)
         if same is None:
             return None
         if not same:
@@ -388,25 +390,19 @@ def equivalent(gold: str, answer: str, rel_tol: float = 0.0) -> bool:
     tens of thousands of items is not worth the worker's time, and no gold is that long)."""
     if len(gold) > MAX_EQUIV_CHARS or len(answer) > MAX_EQUIV_CHARS:
         raise GuardError(f"answer or gold longer than {MAX_EQUIV_CHARS} characters")
-    token = REL_TOL.set(float(rel_tol))
-    try:
-        return nodes_equal(parse_answer(gold), parse_answer(answer), fast=False)
-    finally:
-        REL_TOL.reset(token)
+    return nodes_equal(parse_answer(gold), parse_answer(answer), False, float(rel_tol))
 
 
 def fast_equivalent(gold: str, answer: str, rel_tol: float = 0.0) -> bool | None:
     """The same verdict as :func:`equivalent` when it can be reached without sympy, else None.
 
     Pure Python and bounded (used in the calling process, before the worker pool)."""
-    token = REL_TOL.set(float(rel_tol))
+    tol = float(rel_tol)
     try:
         if len(gold) > 500 or len(answer) > 500:
             return None
-        return nodes_equal(parse_answer(gold), parse_answer(answer), fast=True)
+        return nodes_equal(parse_answer(gold), parse_answer(answer), True, tol)
     except _NeedSympy:
         return None
     except Exception:
         return None
-    finally:
-        REL_TOL.reset(token)

@@ -8,8 +8,9 @@ Design
   only sympy / latex2sympy, run with ``OMP_NUM_THREADS=1`` and cap their address space
   (``RLIMIT_AS``: size after imports + 2 GiB, env ``MATHRL_VERIFIER_MEM_MB``), so a runaway expression
   ends in MemoryError -> ``error`` instead of eating the machine.
-* Messages are length-prefixed pickles over the worker's stdin/stdout pipes. The parent waits
-  with ``select`` and a deadline, so the timeout works from any thread (no signals).
+* Messages are length-prefixed pickles over the worker's stdin/stdout pipes; each task carries the
+  batch's :class:`~mathrl.reward.options.GradeOptions` (the worker grades with its ``rel_tol``). The
+  parent waits with ``select`` and a deadline, so the timeout works from any thread (no signals).
 * A task past its deadline: the worker is killed (SIGKILL), the task is recorded as
   ``timeout``, and a fresh worker is started in the background; the batch carries on with the
   others. A worker that dies is recorded as ``error`` and replaced the same way.
@@ -33,6 +34,7 @@ import warnings
 from pathlib import Path
 
 from mathrl.reward.grader import Grade
+from mathrl.reward.options import GradeOptions
 
 __all__ = ["GraderPool", "get_pool", "shutdown_pool", "default_workers"]
 
@@ -144,16 +146,18 @@ class GraderPool:
         self.stats["restarts"] += 1
 
     # -- main loop
-    def grade_many(self, tasks: list[tuple], timeout: float,
+    def grade_many(self, tasks: list[tuple], options: GradeOptions,
                    durations: list[float] | None = None) -> list[Grade]:
-        """Grade (response, gold, truncated[, rel_tol]) tasks; results in input order. When
-        ``durations`` is a list it is filled with each task's seconds from dispatch to verdict."""
-        if timeout <= 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        """Grade (response, gold, truncated) tasks under ``options`` (its ``timeout`` per task, its
+        ``rel_tol`` in the worker; the pool's size is fixed when it is built); results in input order.
+        When ``durations`` is a list it is filled with each task's seconds from dispatch to verdict."""
+        if not isinstance(options, GradeOptions):
+            raise TypeError(f"options must be a GradeOptions, got {type(options).__name__}")
         with self._lock:
-            return self._run(tasks, float(timeout), durations)
+            return self._run(tasks, options, durations)
 
-    def _run(self, tasks, timeout: float, durations: list[float] | None = None) -> list[Grade]:
+    def _run(self, tasks, options: GradeOptions, durations: list[float] | None = None) -> list[Grade]:
+        timeout = options.timeout
         results: list[Grade | None] = [None] * len(tasks)
         sent = [0.0] * len(tasks)
         done = [0.0] * len(tasks)
@@ -165,9 +169,9 @@ class GraderPool:
             for w in self._workers:
                 if w.ready and w.task is None and pending:
                     i = pending.pop()
-                    resp, gold, trunc, *tol = tasks[i]
+                    resp, gold, trunc = tasks[i]
                     try:
-                        w.send((i, resp, gold, trunc, tol[0] if tol else 0.0))
+                        w.send((i, resp, gold, trunc, options))
                     except (BrokenPipeError, OSError):
                         pending.append(i)
                         w.ready = False

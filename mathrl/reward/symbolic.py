@@ -4,29 +4,24 @@
 rest with latex2sympy2_extended (the parser math-verify uses; decimals become exact fractions first,
 ``i`` is the imaginary unit, ``e`` Euler's number);
 :func:`sympy_equal` compares two parsed values: constants by evaluating both at 60 significant digits
-with a relative difference below 1e-40 (or the user's ``reward.rel_tol``, :data:`REL_TOL`), expressions
-with symbols at 5 random rational points, then by ``simplify(a - b) == 0``.
+with a relative difference below 1e-40 (or the user's ``reward.rel_tol``, passed in as ``rel_tol``),
+expressions with symbols at 5 random rational points, then by ``simplify(a - b) == 0``.
 """
 
 from __future__ import annotations
 
 import random
 import re
-from contextvars import ContextVar
 from fractions import Fraction
 from functools import lru_cache
 
 from mathrl.reward.fastlatex import fast_parse
 from mathrl.reward.normalize import guard, match_close
 
-__all__ = ["DIGITS", "REL_TOL", "REL_TOL_EXP", "num_close", "sympy_equal", "to_sympy"]
+__all__ = ["DIGITS", "REL_TOL_EXP", "num_close", "sympy_equal", "to_sympy"]
 
 REL_TOL_EXP = 40
 DIGITS = 60
-
-# The user's relative tolerance for numbers (``reward.rel_tol``; 0 = exact). Set for the duration of
-# one :func:`mathrl.reward.equiv.equivalent` call, read where numbers are compared.
-REL_TOL: ContextVar[float] = ContextVar("mathrl_rel_tol", default=0.0)
 
 
 # functions written the way programs and CAS print them: sqrt(3), sin(pi*x/5), ln(a), exp(-x), abs(x)
@@ -110,8 +105,9 @@ def to_sympy(text: str):
     return expr if expr is not None else latex2sympy_value(t)
 
 
-def num_close(a, b) -> bool | None:
-    """Compare two sympy constants numerically at high precision; None if undecidable."""
+def num_close(a, b, rel_tol: float) -> bool | None:
+    """Compare two sympy constants numerically at high precision: equal when their relative difference
+    is below 1e-40 or ``rel_tol`` (the user's ``reward.rel_tol``; 0 = that precision); None if undecidable."""
     import sympy
 
     if a == b:
@@ -127,13 +123,14 @@ def num_close(a, b) -> bool | None:
         scale = sympy.Max(sympy.Abs(va), sympy.Abs(vb)).evalf(DIGITS)
         if scale == 0:
             return diff == 0
-        tol = max(sympy.Float(10) ** (-REL_TOL_EXP), sympy.Float(REL_TOL.get()))
+        tol = max(sympy.Float(10) ** (-REL_TOL_EXP), sympy.Float(rel_tol))
         return bool(diff <= scale * tol)
     except (TypeError, ValueError):
         return None
 
 
-def sympy_equal(a, b) -> bool:
+def sympy_equal(a, b, rel_tol: float) -> bool:
+    """Equality of two parsed values (see the module docstring); ``rel_tol`` as for :func:`num_close`."""
     import sympy
 
     if not isinstance(a, sympy.Expr) or not isinstance(b, sympy.Expr):
@@ -145,7 +142,7 @@ def sympy_equal(a, b) -> bool:
         return True
     fa, fb = a.free_symbols, b.free_symbols
     if not fa and not fb:
-        r = num_close(a, b)
+        r = num_close(a, b, rel_tol)
         if r is not None:
             return r
         try:
@@ -164,7 +161,7 @@ def sympy_equal(a, b) -> bool:
         try:
             ea = a.xreplace(vals)
             eb = b.xreplace(vals)
-            r = num_close(ea, eb)
+            r = num_close(ea, eb, rel_tol)
         except Exception:
             r = None
         if r is False:

@@ -171,12 +171,13 @@ def grade_stream(cfg: Config, req: Request):
     """A :class:`mathrl.reward.GradeStream` for the responses of ``req`` (the engine's ``on_row`` feeds
     it while generating), or None when ``reward.stream`` is off or no reward term needs the verifier."""
     from mathrl.reward.api import GradeStream
+    from mathrl.reward.options import GradeOptions
     from mathrl.reward.rewards import needs_grades, reward_terms
 
     if not cfg.reward.stream or not needs_grades(reward_terms(cfg)):
         return None
     golds = [p.gold for p in req.problems for _ in range(cfg.rollout.n)]
-    return GradeStream(golds, timeout=cfg.reward.timeout, workers=cfg.reward.workers, rel_tol=cfg.reward.rel_tol)
+    return GradeStream(golds, GradeOptions.from_config(cfg))
 
 
 def stream_feeder(stream):
@@ -188,7 +189,7 @@ def grade_and_score(cfg: Config, req: Request, batch, times: dict[str, float], s
     """Step 3: grade the responses of ``batch`` (the rollout of ``req``; verifier worker processes, hard
     timeouts) and turn the grades into rewards (``reward.*`` terms). ``times`` gets ``grade``: with a
     ``stream`` fed during generation, only the wait for what it has not graded yet."""
-    from mathrl.reward import grade_batch
+    from mathrl.reward import GradeOptions, grade_batch
     from mathrl.reward.rewards import RewardContext, compute_rewards, needs_grades, reward_terms
 
     r = cfg.rollout
@@ -201,8 +202,7 @@ def grade_and_score(cfg: Config, req: Request, batch, times: dict[str, float], s
     if stream is not None:
         grades = stream.finish(batch.response_text, truncated)
     elif needs_grades(terms):
-        grades = grade_batch(batch.response_text, golds, timeout=cfg.reward.timeout, workers=cfg.reward.workers,
-                             truncated=truncated, rel_tol=cfg.reward.rel_tol)
+        grades = grade_batch(batch.response_text, golds, GradeOptions.from_config(cfg), truncated=truncated)
     ctx = RewardContext(responses=batch.response_text, grades=grades, truncated=truncated,
                         lengths=[int(n) for n in batch.response_mask.sum(1)], max_length=r.max_tokens, golds=golds)
     score_list = compute_rewards(terms, ctx)

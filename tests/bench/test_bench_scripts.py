@@ -219,6 +219,7 @@ def test_bench_verifier_keeps_its_pool_across_sets_like_math_verify_keeps_its_pr
     verifier's settings change. The earlier bench restarted it for every set, charging each set with
     a cold worker; that version is the negative control."""
     bench = _load("bench_verifier")
+    from mathrl.reward import GradeOptions
     from mathrl.reward import pool as pool_mod
 
     monkeypatch.setenv("MATHRL_VERIFIER_SECOND_OPINION", "1")
@@ -236,7 +237,8 @@ def test_bench_verifier_keeps_its_pool_across_sets_like_math_verify_keeps_its_pr
         # negative control: the old per-set restart is caught by the same identity check
         def old_run(cs, workers, timeout, second_opinion=True):
             pool_mod.shutdown_pool()
-            pool_mod.get_pool(workers).grade_many([("\\boxed{1}", "1", False)] * workers, 30.0)
+            pool_mod.get_pool(workers).grade_many([("\\boxed{1}", "1", False)] * workers,
+                                                  GradeOptions(timeout=30.0))
         p = pool_mod.get_pool()
         old_run(cases, 1, 10.0)
         assert pool_mod.get_pool() is not p

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from mathrl.reward import Grade, grade, grade_batch
+from mathrl.reward import Grade, GradeOptions, grade, grade_batch
 from mathrl.reward.pool import get_pool
 
 # inputs that pass the size guard but make sympy compute for minutes (measured: > 10 s)
@@ -133,7 +133,7 @@ def test_broken_worker_environment_gives_errors_not_a_hang(monkeypatch):
     pool = GraderPool(1, python="/bin/false")
     try:
         with pytest.warns(RuntimeWarning, match="fail to start"):
-            out = pool.grade_many([("\\boxed{x}", "x", False)] * 3, timeout=2.0)
+            out = pool.grade_many([("\\boxed{x}", "x", False)] * 3, GradeOptions(timeout=2.0))
     finally:
         pool.close()
     assert [g.reason for g in out] == ["error"] * 3
@@ -154,7 +154,7 @@ def test_workers_run_single_threaded_with_a_memory_cap():
     pool = get_pool()
     deadline = time.time() + 60
     while time.time() < deadline and not all(w.ready for w in pool._workers):
-        pool.grade_many([("\\boxed{1}", "1", False)] * 2 * pool.size, timeout=30)  # through the workers
+        pool.grade_many([("\\boxed{1}", "1", False)] * 2 * pool.size, GradeOptions(timeout=30))  # through the workers
     assert all(w.ready for w in pool._workers)
     for w in pool._workers:
         limits = open(f"/proc/{w.proc.pid}/limits").read()
