@@ -24,6 +24,8 @@ import types
 
 import torch
 
+from mathrl.config import auto
+
 ATTR = "_mathrl_autocast_dtype"
 DTYPES = {"bfloat16": torch.bfloat16}  # the config's choices (float16 would need loss scaling)
 
@@ -31,14 +33,11 @@ __all__ = ["autocast_dtype", "enable_autocast", "native_bf16", "resolve_autocast
 
 
 def resolve_autocast(name: str, *, cuda: bool | None = None, native: bool | None = None) -> str:
-    """``model.autocast`` with ``auto`` decided for this machine: ``bfloat16`` on a GPU or on a CPU with
-    native bf16 dot products, else ``off`` (on an AVX2-only CPU the bf16 update was measured several times
-    slower than float32: it ran on one of two threads). ``cuda`` / ``native`` override the probes (tests)."""
-    if name != "auto":
-        return name
+    """``model.autocast`` with ``auto`` decided for this machine by the rule of
+    :func:`mathrl.config.auto.autocast`; ``cuda`` / ``native`` override the probes (tests)."""
     cuda = torch.cuda.is_available() if cuda is None else cuda
     native = native_bf16() if native is None else native
-    return "bfloat16" if cuda or native else "off"
+    return auto.autocast(name, auto.Machine(cuda=cuda, native_bf16=native))
 
 
 def autocast_dtype(name: str) -> torch.dtype | None:
@@ -53,11 +52,8 @@ def autocast_dtype(name: str) -> torch.dtype | None:
 
 
 def native_bf16() -> bool:
-    """Whether this CPU has native bf16 dot products (oneDNN's check: avx512_bf16, AMX)."""
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
+    """Whether this CPU has native bf16 dot products (:func:`mathrl.config.auto.cpu_has_native_bf16`)."""
+    return auto.cpu_has_native_bf16()
 
 
 def _device_type(module: torch.nn.Module) -> str:

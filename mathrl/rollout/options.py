@@ -3,7 +3,7 @@
 build, so the two cannot read the ``rollout.*`` settings differently.
 
 Resolved once, here: the backend (``auto`` -> vllm or hf, with the reason), the engine's dtype
-(``rollout.dtype``, or ``model.dtype``, whose ``auto`` is bfloat16 on a GPU and float32 on a CPU), the
+(:func:`mathrl.config.auto.rollout_dtype`: ``rollout.dtype``, else the model's), the
 engine seed (``rollout.seed``, else ``train.seed``) and the backend's own options. Both purposes pass vLLM
 ``rollout.kv_cache_gb``, ``max_model_len``, ``max_num_batched_tokens`` and ``enforce_eager``; training adds
 what only colocation with the trainer needs (``gpu_memory_utilization``, tensor parallelism over the
@@ -15,21 +15,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from mathrl.config import auto
 from mathrl.rollout.base import RolloutEngine
 
 __all__ = ["EngineOptions", "engine_dtype"]
 
 
 def engine_dtype(cfg) -> str:
-    """The rollout engine's dtype: ``rollout.dtype``, else ``model.dtype`` (``auto``: bfloat16 on a GPU,
-    float32 on a CPU, as the trainer's model)."""
-    if cfg.rollout.dtype != "auto":
-        return cfg.rollout.dtype
-    if cfg.model.dtype != "auto":
-        return cfg.model.dtype
-    import torch
-
-    return "bfloat16" if torch.cuda.is_available() else "float32"
+    """The rollout engine's dtype: ``rollout.dtype``, else the trainer's model's
+    (:func:`mathrl.config.auto.rollout_dtype`)."""
+    return auto.rollout_dtype(cfg)
 
 
 @dataclass(frozen=True)

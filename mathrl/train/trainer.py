@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from mathrl.algo.filtering import PassRateFilter
-from mathrl.config import Config
+from mathrl.config import Config, auto
 from mathrl.data.splits import heldout_problems, load_training_problems
 from mathrl.rollout.colocate import fall_asleep
 from mathrl.dist.checkpoint_io import list_checkpoints, step_dirname
@@ -100,6 +100,7 @@ class Trainer:
         self.problems: list = []
         self.eval_problems: list = []
         self.models: Models
+        self.resolved: auto.Resolved  # every "auto" of the config, decided (setup)
         self.state = State(pass_filter=PassRateFilter(window=cfg.algo.pass_rate_filter))
         self.resume_from: Path | None = None
         self.logger: MetricsLogger | None = None
@@ -129,6 +130,12 @@ class Trainer:
             self.eval_problems = []
         for msg in self.method.warnings(cfg):
             warn(dist, msg)
+        # every "auto" of the config decided for this machine (model.autocast's line, with its reason, comes
+        # from the models' start-up)
+        self.resolved = auto.resolve(cfg)
+        decided = {k: v for k, v in self.resolved.changed(cfg).items() if k != "model.autocast"}
+        if decided and dist.is_main:
+            print("mathrl: auto settings: " + ", ".join(f"{k} -> {v}" for k, v in decided.items()), flush=True)
         self.models = models = build_models(cfg, dist, cfg.train.steps)
         self.resume_from, self.logger = resume_and_log(cfg, dist, self.out, models, self.state)
         # vLLM's context: what this run's prompts and max tokens need, unless rollout.max_model_len is set (vLLM's
