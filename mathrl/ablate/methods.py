@@ -20,16 +20,30 @@ learning rate and no KL term.
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
 
 from mathrl.config import Config, rules
+from mathrl.data.splits import load_training_problems
+from mathrl.dist.collectives import device
+from mathrl.progress import Progress
 from mathrl.registry import ABLATION_METHODS
+from mathrl.reward.rewards import check_reward_terms
 from mathrl.train.checkpoint import TrainingError
+from mathrl.train.loop import RLMethod
+from mathrl.train.models import generation_weights, sync_weights
+from mathrl.train.rows import ForwardBatch
+from mathrl.train.sampling import sample_and_grade
+from mathrl.train.sft import rft_filter, sft_train_step
 from mathrl.train.trainer import Method, Trainer
 
 __all__ = ["RFTMethod", "Task", "run_method", "sample_and_filter"]
@@ -61,9 +75,6 @@ def sample_and_filter(cfg: Config, dist, models, rollout, problems: list, step: 
     :func:`mathrl.train.loop.train_step`. Returns the kept rows' tensors (``prompt_ids``,
     ``prompt_mask``, ``response_ids``, ``response_mask``) and step statistics.
     """
-    from mathrl.train.models import generation_weights
-    from mathrl.train.sampling import sample_and_grade
-    from mathrl.train.sft import rft_filter
 
     with generation_weights(rollout, models.policy):  # ZeRO-3 + hf engine: gathered on every rank for the phase
         s = sample_and_grade(cfg, dist, models.tokenizer, rollout, problems, step)
@@ -91,20 +102,13 @@ def sample_and_filter(cfg: Config, dist, models, rollout, problems: list, step: 
     return data, stats
 
 
-def _pool_file(out, rank: int):
-    from pathlib import Path
-
+def _pool_file(out, rank: int) -> Path:
     return Path(out) / f"rft_pool.rank{rank}.safetensors"
 
 
 def save_pool(path, pool: list[tuple[dict, dict]]) -> None:
     """Offline RFT's kept samples (one rank's share), so that a resumed run trains on the samples of
     the *initial* model rather than resampling from the partly trained one. Written atomically."""
-    import json
-    import os
-
-    from safetensors.torch import save_file
-
     tensors = {f"{s}.{k}": v.contiguous() for s, (data, _) in enumerate(pool) for k, v in data.items()}
     tmp = path.with_name(path.name + ".tmp")
     save_file(tensors, str(tmp), metadata={"stats": json.dumps([st for _, st in pool]), "steps": str(len(pool))})
@@ -112,10 +116,6 @@ def save_pool(path, pool: list[tuple[dict, dict]]) -> None:
 
 
 def load_pool(path) -> list[tuple[dict, dict]]:
-    import json
-
-    from safetensors import safe_open
-
     with safe_open(str(path), framework="pt") as fh:
         meta = fh.metadata()
         stats = json.loads(meta["stats"])
@@ -132,7 +132,6 @@ def _presample(cfg: Config, dist, models, rollout, problems: list, opts: dict) -
     This phase takes as long as all the steps' sampling together (10-20 minutes for the CPU study) and the
     training log has no step record yet, so without the line a user would watch a silent process.
     """
-    from mathrl.progress import Progress
 
     steps = cfg.train.steps
     pool: list[tuple[dict, dict]] = []
@@ -188,10 +187,6 @@ class RFTMethod(Method):
             save_pool(pool_file, self.pool)
 
     def step(self, trainer: Trainer) -> dict[str, Any]:
-        from mathrl.dist.collectives import device
-        from mathrl.train.rows import ForwardBatch
-        from mathrl.train.models import sync_weights
-        from mathrl.train.sft import sft_train_step
 
         cfg, dist, models, state = trainer.cfg, trainer.dist, trainer.models, trainer.state
         t_step = time.perf_counter()
@@ -223,7 +218,6 @@ class RFTMethod(Method):
 
 def _with_reward_terms(cfg: Config, terms: Mapping[str, Mapping | None]) -> Config:
     """A copy of ``cfg`` with ``reward.terms = terms`` (checked against the registry like a config's)."""
-    from mathrl.reward.rewards import check_reward_terms
 
     check_reward_terms(terms)
     return replace(cfg, reward=replace(cfg.reward, terms={k: dict(v or {}) for k, v in terms.items()}))
@@ -242,8 +236,6 @@ def _make_online_rft(rft_opts: Mapping[str, Any]) -> Method:
 
 
 def _make_rl(rft_opts: Mapping[str, Any]) -> Method:
-    from mathrl.train.loop import RLMethod
-
     return RLMethod()
 
 
@@ -261,7 +253,6 @@ def run_method(method: str, cfg: Config, *, rft_opts: dict | None = None, task=N
     The training problems are passed to the :class:`~mathrl.train.trainer.Trainer` explicitly, so it
     skips its own before/after evaluation: the study evaluates every method the same way afterwards.
     """
-    from mathrl.data.splits import load_training_problems
 
     make = ABLATION_METHODS.get(method)
     task = task or Task()

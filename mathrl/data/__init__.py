@@ -6,7 +6,7 @@ Entry points:
   :data:`SOURCES` (datasets from the hub or a local ``.jsonl``/``.json``/``.parquet``
   file, the generated ``synthetic`` task, and ``jsonl``: a user's file with field
   names from ``fields=``), as :class:`Problem` records; every source with an eval
-  split is also a benchmark (:data:`mathrl.eval.benchmarks.BENCHMARKS`);
+  split is also a benchmark (:func:`mathrl.eval.benchmarks.benchmarks`);
 * :func:`last_boxed`, :func:`gsm8k_gold` -- gold extraction;
 * :mod:`mathrl.data.synthetic` -- the embedded default dataset;
 * :mod:`mathrl.data.templates` -- chat / few-shot prompt rendering;

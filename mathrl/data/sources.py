@@ -6,7 +6,7 @@ into ``(question, gold, meta)``. Mappers are pure functions of the row; they
 raise :class:`RowError` naming the field when the row cannot be mapped.
 
 A spec also says how the source is evaluated (``eval_split``, ``local_file``,
-``eval_description``): :data:`mathrl.eval.benchmarks.BENCHMARKS` is derived from
+``eval_description``): :func:`mathrl.eval.benchmarks.benchmarks` derives from
 :data:`SOURCES` (:data:`mathrl.registry.SOURCES`, filled here), one benchmark per source with an eval split, so registering a
 source here makes it a benchmark too. Three kinds of source share the registry:
 

@@ -1,12 +1,12 @@
 """Benchmarks: names, where their files live, and suites (``eval/suites/*.yaml``).
 
-A benchmark spec is a name from :data:`BENCHMARKS`, optionally with a local
+A benchmark spec is a name from :func:`benchmarks`, optionally with a local
 file (``gsm8k=/data/gsm8k_test.jsonl``). Files are looked up as
 ``<data_dir>/<relative path>`` (``gsm8k/test.jsonl``, ``math500/test.jsonl``, ...; ``mathrl eval
 --data-dir`` or ``$MATHRL_DATA``); without a data folder the source's hub name is used through
 ``datasets``.
 
-:data:`BENCHMARKS` is derived from the source registry :data:`mathrl.data.sources.SOURCES`: one
+:func:`benchmarks` derives them from the source registry :data:`mathrl.registry.SOURCES`: one
 benchmark per source with an eval split (``SourceSpec.eval_split``, ``local_file``,
 ``eval_description``), so registering a source makes it a benchmark; there is no second table.
 """
@@ -23,7 +23,7 @@ import yaml
 from mathrl.config import ConfigError
 from mathrl.data.sources import SOURCES, SourceSpec
 
-__all__ = ["Benchmark", "BENCHMARKS", "BenchmarkSpec", "benchmarks_from_sources", "parse_benchmarks",
+__all__ = ["Benchmark", "benchmarks", "BenchmarkSpec", "benchmarks_from_sources", "parse_benchmarks",
            "load_benchmark", "load_suite", "SUITE_DIR"]
 
 SUITE_DIR = Path(__file__).resolve().parents[2] / "eval" / "suites"
@@ -59,39 +59,10 @@ def benchmarks_from_sources(sources: Mapping[str, SourceSpec] | None = None) -> 
     return {n: benchmark_of(sources[n]) for n in names if sources[n].eval_split is not None}
 
 
-class _Benchmarks(Mapping):
-    """:data:`BENCHMARKS`: a read-only mapping view of the registry, rebuilt when :data:`SOURCES` changes.
-
-    It reads like the old literal table (``BENCHMARKS["gsm8k"]``, ``list(BENCHMARKS)``, ``in``,
-    ``.items()``), and a source registered later (a plugin, a test fixture) shows up without touching
-    this module.
-    """
-
-    def __init__(self) -> None:
-        self._key: tuple = ()
-        self._table: dict[str, Benchmark] = {}
-
-    def _current(self) -> dict[str, Benchmark]:
-        key = tuple((name, id(spec)) for name, spec in SOURCES.items())
-        if key != self._key:
-            self._table, self._key = benchmarks_from_sources(SOURCES), key
-        return self._table
-
-    def __getitem__(self, name: str) -> Benchmark:
-        return self._current()[name]
-
-    def __iter__(self):
-        return iter(self._current())
-
-    def __len__(self) -> int:
-        return len(self._current())
-
-    def __repr__(self) -> str:
-        return repr(self._current())
-
-
-BENCHMARKS: Mapping[str, Benchmark] = _Benchmarks()
-"""Every benchmark by name, derived from :data:`SOURCES` (see :func:`benchmarks_from_sources`)."""
+def benchmarks() -> dict[str, Benchmark]:
+    """Every benchmark by name, derived from the source registry now (:func:`benchmarks_from_sources`): a source
+    registered later (a plugin, a test fixture) is a benchmark from then on."""
+    return benchmarks_from_sources(SOURCES)
 
 
 @dataclass
@@ -111,7 +82,7 @@ class BenchmarkSpec:
 
 
 def _unknown(name: str) -> ConfigError:
-    return ConfigError(f"unknown benchmark {name!r}; allowed: {', '.join(BENCHMARKS)} "
+    return ConfigError(f"unknown benchmark {name!r}; allowed: {', '.join(benchmarks())} "
                        "(optionally name=FILE for a local .jsonl/.json/.parquet file), or jsonl=FILE for your own "
                        "file with question and answer fields")
 
@@ -133,14 +104,14 @@ def parse_benchmarks(text: str, *, limit: int | None = None) -> list[BenchmarkSp
             if not path.strip():
                 raise ConfigError("--benchmarks jsonl: give your file as jsonl=FILE (.jsonl/.json/.parquet with "
                                   "question and answer fields)")
-        elif name not in BENCHMARKS:
+        elif name not in benchmarks():
             raise _unknown(name)
         if any(s.name == name for s in specs):
             raise ConfigError(f"--benchmarks: {name!r} is listed twice")
-        bench = CUSTOM if name == CUSTOM.name else BENCHMARKS[name]
+        bench = CUSTOM if name == CUSTOM.name else benchmarks()[name]
         specs.append(BenchmarkSpec(name=name, benchmark=bench, path=path.strip() or None, limit=limit))
     if not specs:
-        raise ConfigError(f"--benchmarks {text!r}: no benchmark named; allowed: {', '.join(BENCHMARKS)}")
+        raise ConfigError(f"--benchmarks {text!r}: no benchmark named; allowed: {', '.join(benchmarks())}")
     return specs
 
 
@@ -239,7 +210,7 @@ def load_suite(name_or_path: str) -> dict[str, Any]:
             raise ConfigError(f"{path}: benchmarks[{i}] has unknown key(s) {extra}; allowed: name, benchmark, "
                               "file, limit, where")
         base = e.get("benchmark", e["name"])
-        if base not in BENCHMARKS:
+        if base not in benchmarks():
             raise _unknown(base)
         where = e.get("where") or {}
         if not isinstance(where, dict):
@@ -247,7 +218,7 @@ def load_suite(name_or_path: str) -> dict[str, Any]:
         limit = e.get("limit", data.get("limit"))
         if limit is not None and (not isinstance(limit, int) or limit < 1):
             raise ConfigError(f"{path}: benchmarks[{i}].limit = {limit!r}; allowed: an integer >= 1")
-        specs.append(BenchmarkSpec(name=str(e["name"]), benchmark=BENCHMARKS[base], path=e.get("file"),
+        specs.append(BenchmarkSpec(name=str(e["name"]), benchmark=benchmarks()[base], path=e.get("file"),
                                    limit=limit, where=dict(where)))
     names = [s.name for s in specs]
     if len(set(names)) != len(names):

@@ -75,9 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _benchmark_names() -> list[str]:
-    from mathrl.eval.benchmarks import BENCHMARKS
+    from mathrl.eval.benchmarks import benchmarks
 
-    return list(BENCHMARKS)
+    return list(benchmarks())
 
 
 def _log(msg: str) -> None:

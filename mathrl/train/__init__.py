@@ -1,4 +1,5 @@
-"""The RL loop, DeepSpeed engines, checkpoint/resume and metrics (docs/architecture.md, ``train/``)."""
+"""The one Trainer and the RL step, forward layouts, the update, checkpoint/resume and metrics
+(docs/architecture.md, ``train/``; the DeepSpeed engines and collectives are in :mod:`mathrl.dist`)."""
 
 from mathrl.train.checkpoint import TrainingError
 from mathrl.train.loop import RLMethod, run

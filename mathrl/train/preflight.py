@@ -3,7 +3,7 @@
 A training run can be hours of GPU time, and a bad input found after DeepSpeed has
 started and the weights have loaded costs minutes per attempt; found in the middle
 of a run it costs the run. :func:`preflight` runs first in
-:func:`mathrl.train.loop.prepare_run` -- before the process group, DeepSpeed and
+:func:`mathrl.train.setup.prepare_run` -- before the process group, DeepSpeed and
 any model weights -- and reads only small files:
 
 1. the DeepSpeed JSON (``deepspeed.config_path``): valid JSON, batch sizes that

@@ -3,7 +3,7 @@
 * a source registered in ``SOURCES`` alone is a benchmark too (no second table);
 * ``synthetic`` is an ordinary (generated) registry entry;
 * ``jsonl`` reads a user's file with field names from ``fields=`` / ``data.fields``;
-* ``BENCHMARKS`` is exactly the table it was before it was derived from the registry.
+* ``benchmarks()`` is exactly the table it was before it was derived from the registry.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from mathrl.data.cli import main as data_main
 from mathrl.data.mappers import map_amc
 from mathrl.data.sources import SOURCES, SourceSpec
 from mathrl.data.synthetic import generate
-from mathrl.eval.benchmarks import BENCHMARKS, Benchmark, load_benchmark, parse_benchmarks
+from mathrl.eval.benchmarks import Benchmark, benchmarks, load_benchmark, parse_benchmarks
 
-# The benchmark table as it was written out by hand before BENCHMARKS was derived from SOURCES
+# The benchmark table as it was written out by hand before the benchmarks were derived from SOURCES
 # (name, source, split, relpath, description), in its listing order.
 BENCHMARK_TABLE = [
     ("gsm8k", "gsm8k", "test", "gsm8k/test.jsonl", "GSM8K test, 1319 grade-school word problems"),
@@ -47,12 +47,12 @@ def _write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def test_benchmarks_unchanged_from_the_hand_written_table() -> None:
-    assert [(b.name, b.source, b.split, b.relpath, b.description) for b in BENCHMARKS.values()] == BENCHMARK_TABLE
-    assert list(BENCHMARKS) == [row[0] for row in BENCHMARK_TABLE]
-    assert BENCHMARKS["math500"] == Benchmark(*BENCHMARK_TABLE[1])
-    assert "jsonl" not in BENCHMARKS and "nope" not in BENCHMARKS  # the generic reader has no eval split
+    assert [(b.name, b.source, b.split, b.relpath, b.description) for b in benchmarks().values()] == BENCHMARK_TABLE
+    assert list(benchmarks()) == [row[0] for row in BENCHMARK_TABLE]
+    assert benchmarks()["math500"] == Benchmark(*BENCHMARK_TABLE[1])
+    assert "jsonl" not in benchmarks() and "nope" not in benchmarks()  # the generic reader has no eval split
     # every benchmark is a registered source with an eval split, and vice versa
-    assert set(BENCHMARKS) == {n for n, s in SOURCES.items() if s.eval_split is not None}
+    assert set(benchmarks()) == {n for n, s in SOURCES.items() if s.eval_split is not None}
 
 
 def test_synthetic_is_an_ordinary_registry_entry() -> None:
@@ -89,7 +89,7 @@ def toy_source():
         yield spec
     finally:
         del SOURCES[spec.name]
-    assert spec.name not in BENCHMARKS
+    assert spec.name not in benchmarks()
 
 
 def test_adding_a_source_makes_a_benchmark(toy_source: SourceSpec, tmp_path: Path,
@@ -97,9 +97,9 @@ def test_adding_a_source_makes_a_benchmark(toy_source: SourceSpec, tmp_path: Pat
     rows = [{"problem": "What is 2+3?", "answer": 5}, {"problem": "What is 7*6?", "answer": "42"},
             {"problem": "Half of 9?", "answer": 4.5}]
     _write_jsonl(tmp_path / "toy_bench" / "test.jsonl", rows)
-    b = BENCHMARKS["toy_bench"]
+    b = benchmarks()["toy_bench"]
     assert b == Benchmark("toy_bench", "toy_bench", "test", "toy_bench/test.jsonl", "toy benchmark (3)")
-    assert list(BENCHMARKS)[-1] == "toy_bench"  # listed after every earlier source
+    assert list(benchmarks())[-1] == "toy_bench"  # listed after every earlier source
     [spec] = parse_benchmarks("toy_bench")
     problems = load_benchmark(spec, tmp_path)
     assert [(p.id, p.question, p.gold, p.source) for p in problems] == [
@@ -122,7 +122,7 @@ def test_a_generated_source_registers_like_synthetic(tmp_path: Path) -> None:
                       options=("n", "seed"))
     SOURCES["counter"] = spec
     try:
-        assert BENCHMARKS["counter"] == Benchmark("counter", "counter", "test", None, "counting")
+        assert benchmarks()["counter"] == Benchmark("counter", "counter", "test", None, "counting")
         assert [p.gold for p in load_problems("counter", n=3, seed=4)] == ["4", "5", "6"]
         with pytest.raises(DataError, match="source 'counter' is generated, it reads no file"):
             load_problems("counter", tmp_path / "x.jsonl")
@@ -131,7 +131,7 @@ def test_a_generated_source_registers_like_synthetic(tmp_path: Path) -> None:
         assert [p.id for p in load_benchmark(bspec)] == ["counter/test/0", "counter/test/1"]
     finally:
         del SOURCES["counter"]
-    assert "counter" not in BENCHMARKS
+    assert "counter" not in benchmarks()
 
 
 # --------------------------------------------------------------------------- (b) the generic jsonl source
