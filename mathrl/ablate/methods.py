@@ -35,7 +35,7 @@ from safetensors.torch import save_file
 from mathrl.config import Config, rules
 from mathrl.data.splits import load_training_problems
 from mathrl.dist.collectives import device
-from mathrl.progress import Progress
+from mathrl import progress
 from mathrl.registry import ABLATION_METHODS
 from mathrl.reward.rewards import check_reward_terms
 from mathrl.train.checkpoint import TrainingError
@@ -136,7 +136,7 @@ def _presample(cfg: Config, dist, models, rollout, problems: list, opts: dict) -
     steps = cfg.train.steps
     pool: list[tuple[dict, dict]] = []
     t0 = time.perf_counter()
-    with Progress(steps, "rft: sampling the initial policy", unit="step",
+    with progress.Progress(steps, "rft: sampling the initial policy", unit="step",
                   enabled=None if dist.is_main else False) as bar:
         for s in range(steps):
             data, stats = sample_and_filter(cfg, dist, models, rollout, problems, s, **opts)

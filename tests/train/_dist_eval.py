@@ -16,7 +16,7 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 import torch  # noqa: E402
 
 from mathrl.config import load_config  # noqa: E402
-from mathrl.train import checkpoint as ckpt  # noqa: E402
+from mathrl.dist import checkpoint_io  # noqa: E402  (where checkpoint files are hashed)
 from mathrl.train import run  # noqa: E402
 
 
@@ -24,7 +24,7 @@ def main() -> None:
     model_dir, out, steps, *extra = sys.argv[1:]
     torch.set_num_threads(1)
     rank = int(os.environ.get("RANK", 0))
-    real = ckpt.sha256_file
+    real = checkpoint_io.sha256_file
 
     def recording(path, *a, **kw):
         os.makedirs(out, exist_ok=True)
@@ -32,7 +32,7 @@ def main() -> None:
             fh.write(f"{path}\n")
         return real(path, *a, **kw)
 
-    ckpt.sha256_file = recording
+    checkpoint_io.sha256_file = recording
     import mathrl.eval.runner as runner
 
     real_generate = runner.generate_records
