@@ -42,6 +42,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))  # bench_vs_trl, for the micro-batch rule
 
+def pinned_trl(pyproject: Path = ROOT / "pyproject.toml") -> str | None:
+    """The TRL version pyproject.toml's ``dev`` extra pins (``trl==X``): the one the published comparisons
+    ran with; None when the extra names TRL without an exact pin."""
+    import tomllib
+
+    dev = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]["dev"]
+    for req in dev:
+        name, _, version = req.replace(" ", "").partition("==")
+        if name.lower() == "trl" and version:
+            return version
+    return None
+
+
 LOSS_TYPES = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
 
 
@@ -138,6 +151,13 @@ def cmd_train(args) -> int:
     from mathrl.config import load_config
     from mathrl.models import resolve_model_path
 
+    import trl
+
+    pin = pinned_trl()
+    if pin is not None and trl.__version__ != pin:
+        print(f"trl_anchor: warning: TRL {trl.__version__} is installed but the published comparisons ran TRL "
+              f"{pin} (pyproject.toml, dev extra); its defaults may differ: pip install trl=={pin}",
+              file=sys.stderr, flush=True)
     cfg = load_config(args.config, args.overrides)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -149,7 +169,7 @@ def cmd_train(args) -> int:
     kwargs = trl_config_kwargs(cfg, out, micro)
     # the run folder reads like a mathrl run to `mathrl eval --series`: its config names the base model
     (out / "config.yaml").write_text(yaml.safe_dump({"model": {"name": cfg.model.name}, "trl_anchor": {
-        "config": args.config, "overrides": list(args.overrides), "minutes": args.minutes,
+        "config": args.config, "trl_version": trl.__version__, "overrides": list(args.overrides), "minutes": args.minutes,
         "trl_settings": {k: v for k, v in kwargs.items() if isinstance(v, (int, float, str, bool))}}}))
     budget_s = args.minutes * 60.0 if args.minutes else float("inf")
     every_s = args.save_every_minutes * 60.0 if args.save_every_minutes else float("inf")

@@ -197,11 +197,14 @@ def map_amc(row: Mapping[str, Any]) -> Mapped:
 
 
 def _join_body_question(body: str, question: str) -> str:
-    """``body`` and ``question`` as one text; a period closes a body that lacks end punctuation."""
+    """``body`` and ``question`` as one text. A body that ends mid-sentence with ``,``, ``;`` or ``:`` runs on
+    into the question (ASDiv: "If she adds 3 more pounds to fill her bucket," + "how many pounds does she
+    have?"); a body that ends a sentence (``.``, ``?``, ``!``, also inside closing quotes or brackets) is
+    kept as it is; any other body gets a period (SVAMP's bodies often end without one)."""
     body = body.strip()
-    if body and body[-1] not in ".?!":
+    if body and body[-1] not in ",;:" and body.rstrip("\"')]”’")[-1:] not in (".", "?", "!"):
         body += "."
-    return f"{body} {question.strip()}"
+    return f"{body} {question.strip()}".strip()
 
 
 def map_svamp(row: Mapping[str, Any]) -> Mapped:

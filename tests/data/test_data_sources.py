@@ -102,6 +102,13 @@ def test_aime_amc_svamp_asdiv_known_rows(data_dir: Path) -> None:
     assert asdiv[1].gold == "15"
     by_raw = {p.meta["answer_raw"]: p.gold for p in asdiv}
     assert by_raw["3:30 p.m."] == "3:30 p.m." and by_raw["-(1/3)"] == "-(1/3)"
+    # a body that ends mid-sentence runs on into its question (821 of 2215 end with a comma), and a quote
+    # that closes a sentence is not followed by a second period
+    assert not [p.question for p in asdiv if ",." in p.question or '."." ' in p.question]
+    runs_on = [p.question for p in asdiv if ", how many" in p.question]
+    assert len(runs_on) > 500
+    assert any(q.endswith("Greek Mythology: Fast Facts.\" How many days did it take Charles to finish the book?")
+               or 'Fast Facts." How many' in q for q in (p.question for p in asdiv))
 
 
 # ----------------------------------------------------------------------------- local file formats

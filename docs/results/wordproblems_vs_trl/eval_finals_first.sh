@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # finals first, then the intermediate checkpoints (series reuses finished steps)
 set -euo pipefail
-cd /work/main; export MATHRL_DATA=/work/shared/data OMP_NUM_THREADS=2
+# run from anywhere: the repo root is three folders up; MATHRL_DATA names the folder holding the
+# public sets as JSONL (asdiv/test.jsonl, svamp/test.jsonl; README: "Data")
+cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
+: "${MATHRL_DATA:?set MATHRL_DATA to the folder holding asdiv/test.jsonl and svamp/test.jsonl}"
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 C=configs/grpo_wordproblems_cpu.yaml
 D="data.path=$MATHRL_DATA/asdiv/test.jsonl"
 E="data.eval_source=svamp data.eval_limit=300"
