@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from mathrl.data.problem import Problem
+from mathrl.config import ConfigError
+from mathrl.data.loader import load_problems, local_copy, source_names
 
 __all__ = ["NUMBER_WORDS", "shingles", "jaccard", "overlapping", "exclude_overlap", "load_exclusion_sets"]
 
@@ -97,8 +99,6 @@ def exclude_overlap(problems: Sequence[Problem], reference: Iterable[Problem], t
 def load_exclusion_sets(specs: Sequence[str]) -> list[tuple[str, list[Problem]]]:
     """The problems of ``data.exclude_overlap_with``: each entry ``SOURCE`` or ``SOURCE=FILE``. Without a
     file: ``$MATHRL_DATA/<source>/test.jsonl`` when that exists, else the source's hub test split."""
-    from mathrl.config import ConfigError
-    from mathrl.data.loader import load_problems, local_copy, source_names
 
     out = []
     for spec in specs:

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from mathrl.data.errors import DataError, RowError, shorten
+from mathrl.hub import offline_if_unreachable
 
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
 
@@ -244,7 +245,6 @@ def iter_hub_rows(name: str, configs: Sequence[str | None], split: str) -> Itera
         DataError: the dataset cannot be loaded (no network, unknown name or
             split); the message says how to use a local file instead.
     """
-    from mathrl.hub import offline_if_unreachable
 
     offline_if_unreachable(f"dataset {name!r}")  # before datasets is imported: it reads the offline flag then
     import datasets

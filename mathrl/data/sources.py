@@ -27,6 +27,7 @@ from mathrl.data.mappers import (Mapped, RowMapper, answer_field, map_aime, map_
                                  map_minerva, map_svamp, text_field)
 from mathrl.data.problem import Problem
 from mathrl.registry import FIELD_CHECKS, SOURCES
+from mathrl.data.synthetic import load_synthetic
 
 # generate(split, **options) -> problems, for generated sources (options: SourceSpec.options).
 Generator = Callable[..., list[Problem]]
@@ -190,7 +191,6 @@ def map_fields(fields: Mapping[str, str] | None = None) -> RowMapper:
 
 def generate_synthetic(split: str, **options: Any) -> list[Problem]:
     """The ``synthetic`` source: :func:`mathrl.data.synthetic.load_synthetic` (options ``n``, ``level``, ``seed``)."""
-    from mathrl.data.synthetic import load_synthetic
 
     return load_synthetic(split=split, **options)
 

@@ -17,13 +17,15 @@ from typing import Any
 import torch
 
 from mathrl.config import Config, ConfigError
+from mathrl.data import load_problems
+from mathrl.data.loader import get_source, local_copy
+from mathrl.data.overlap import exclude_overlap, load_exclusion_sets
 
 
 def generator_options(cfg: Config, source: str, n: int | None) -> dict[str, Any]:
     """The options a generated source (``SourceSpec.generate``) is given from a training config:
     ``n`` problems, the config's difficulty level and ``train.seed`` -- those of them the source
     declares in ``SourceSpec.options``. A file or hub source gets none."""
-    from mathrl.data.loader import get_source
 
     spec = get_source(source)
     if not spec.is_generated:
@@ -33,13 +35,11 @@ def generator_options(cfg: Config, source: str, n: int | None) -> dict[str, Any]
 
 
 def _generated(source: str) -> bool:
-    from mathrl.data.loader import get_source
 
     return get_source(source).is_generated
 
 
 def load_training_problems(cfg: Config):
-    from mathrl.data import load_problems
 
     d = cfg.data
     if _generated(d.source):  # a generator's training stream is its ``train`` split
@@ -59,7 +59,6 @@ def _without_overlap(problems: list, specs: list[str], threshold: float) -> list
     """The training problems that are not near-copies of a problem of the sets in ``specs``."""
     import logging
 
-    from mathrl.data.overlap import exclude_overlap, load_exclusion_sets
 
     for name, reference in load_exclusion_sets(specs):
         before = len(problems)
@@ -91,7 +90,6 @@ def heldout_problems(cfg) -> tuple[str, list]:
     The trainer's before/after evaluation and ``mathrl eval --config`` both use
     this, so their numbers are on the same problems.
     """
-    from mathrl.data import load_problems
 
     d = cfg.data
     limit = d.eval_limit
@@ -99,7 +97,6 @@ def heldout_problems(cfg) -> tuple[str, list]:
     if _generated(generated):  # a generator's held-out draw is its ``test`` split
         return generated, load_problems(generated, split="test", **generator_options(cfg, generated, limit))
     if d.eval_source is not None:
-        from mathrl.data.loader import local_copy
 
         path = d.eval_path if d.eval_path is not None else local_copy(d.eval_source)
         return d.eval_source, load_problems(d.eval_source, path, "test" if path is None or

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from mathrl.config import ConfigError
 
 REPO_DS_CONFIGS = Path(__file__).resolve().parents[2] / "ds_configs"
 
@@ -99,7 +100,6 @@ def fill_grad_accum_dtype(cfg: dict[str, Any], path: str | os.PathLike | None = 
         else:
             dt.pop("grad_accum_dtype", None)
     elif bf16 and stage == 0 and str(want).lower() in _FP32_NAMES:
-        from mathrl.config import ConfigError
 
         where = f"{path}: " if path else ""
         raise ConfigError(f"{where}data_types.grad_accum_dtype = {want!r} with bf16 and zero_optimization.stage 0: "
@@ -128,7 +128,6 @@ def read_ds_json(path: str | os.PathLike) -> dict[str, Any]:
     Raises:
         ConfigError: unreadable file, invalid JSON (``file:line:column``), or not a JSON object.
     """
-    from mathrl.config import ConfigError
 
     path = Path(path)
     try:
@@ -163,7 +162,6 @@ def check_batch_sizes(ds: dict[str, Any], world_size: int, path: str | os.PathLi
         ConfigError: a batch value that is not a positive integer or "auto", or numbers that
             do not multiply out.
     """
-    from mathrl.config import ConfigError
 
     path = Path(path)
     if text is None:

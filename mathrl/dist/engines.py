@@ -22,6 +22,7 @@ import torch
 from mathrl.config import auto
 from mathrl.dist.collectives import device
 from mathrl.dist.ds_json import ds_config, inference_ds_config, offloads_optimizer, optimizer_block
+from mathrl.dist.checkpoint_io import CheckpointError
 
 
 def resolve_dtype(name: str) -> torch.dtype:
@@ -144,7 +145,6 @@ class SafeCheckpointEngine:
         import importlib
         import pickle
 
-        from mathrl.dist.checkpoint_io import CheckpointError
 
         allowed = [getattr(importlib.import_module(m), n) for m, n in _DS_SAFE_GLOBALS
                    if hasattr(importlib.import_module(m), n)]

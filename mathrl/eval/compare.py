@@ -14,19 +14,20 @@ import json
 from pathlib import Path
 
 from mathrl.config import ConfigError
+from mathrl.eval.metrics import paired_bootstrap_diff
+from mathrl.eval.report import load_summary, md_table, pct, pyplot
+from mathrl.eval.runner import EvalSettings, per_problem_scores, read_records
 
 __all__ = ["compare_runs", "compare_summaries", "per_problem"]
 
 
 def _settings(summary: dict):
-    from mathrl.eval.runner import EvalSettings
 
     s = summary["settings"]
     return EvalSettings(**{**s, "ks": tuple(s["ks"]), "stop": tuple(s["stop"])})
 
 
 def _per_problem(run_dir: Path, summary: dict, bench: str) -> dict[str, dict[str, float]] | None:
-    from mathrl.eval.runner import per_problem_scores, read_records
 
     path = run_dir / bench / "samples.jsonl"
     if not path.is_file():
@@ -57,7 +58,6 @@ def per_problem(run_dir: str | Path, bench: str | None = None) -> dict[str, dict
 def compare_summaries(a: dict, b: dict, dir_a: Path | None = None, dir_b: Path | None = None, *,
                       resamples: int = 2000, seed: int = 0) -> dict:
     """The comparison record (pure apart from reading the per-problem samples when folders are given)."""
-    from mathrl.eval.metrics import paired_bootstrap_diff
 
     common = [name for name in a["benchmarks"] if name in b["benchmarks"]]
     if not common:
@@ -99,7 +99,6 @@ def compare_summaries(a: dict, b: dict, dir_a: Path | None = None, dir_b: Path |
 
 
 def _fmt_ci(v, ci) -> str:
-    from mathrl.eval.report import pct
 
     return f"{pct(v)} [{pct(ci[0])}, {pct(ci[1])}]" if ci else pct(v)
 
@@ -139,7 +138,6 @@ def format_compare(cmp: dict) -> str:
 
 
 def _plot(path: Path, cmp: dict) -> None:
-    from mathrl.eval.report import pyplot
 
     plt = pyplot()
     labels, va, vb, ea, eb = [], [], [], [], []
@@ -170,7 +168,6 @@ def _plot(path: Path, cmp: dict) -> None:
 def compare_runs(run_a: str | Path, run_b: str | Path, *, out_dir: str | Path | None = None) -> dict:
     """Compare two evaluation folders; print the table; write compare.json/.md/.png to ``out_dir``
     (default ``<run_b>/compare``)."""
-    from mathrl.eval.report import md_table, load_summary
 
     run_a, run_b = Path(run_a), Path(run_b)
     try:

@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 
 from mathrl.config import ConfigError
+from mathrl.eval.report import format_table, write_report, write_summary
+from mathrl.eval.runner import EvalSettings, evaluate_benchmark
 
 
 def _log(msg: str) -> None:
@@ -26,7 +28,6 @@ def powers_up_to(n: int) -> list[int]:
 
 
 def settings_from_config(cfg, top_k: int | None = None):
-    from mathrl.eval.runner import EvalSettings
 
     return EvalSettings.from_config(cfg, top_k=top_k)
 
@@ -40,9 +41,9 @@ def make_eval_engine(cfg, model_spec: str, *, log=_log):
     The hf backend runs on the trainer's device (:func:`mathrl.dist.collectives.device`: this rank's GPU
     when CUDA is available, else the CPU). ``backend: auto`` without a usable vLLM says once, on the
     console, that it fell back to hf and how to install vLLM or choose the backend."""
-    from mathrl.models import resolve_model_path
-    from mathrl.rollout.options import EngineOptions
-    from mathrl.dist.collectives import device
+    from mathrl.models import resolve_model_path  # here: mathrl.models/mathrl.rollout pull torch into `mathrl eval --help` (eval.cli start-up)
+    from mathrl.rollout.options import EngineOptions  # here: mathrl.models/mathrl.rollout pull torch into `mathrl eval --help` (eval.cli start-up)
+    from mathrl.dist.collectives import device  # here: looked up at call time, tests stand in for collectives.device
 
     path = resolve_model_path(model_spec, cfg.model.cache_dir)
     try:
@@ -101,8 +102,6 @@ def evaluate_model(cfg, sets, out_dir: Path, *, model_spec: str, command: str, t
 
 def _evaluate_into(cfg, sets, out_dir: Path, settings, *, model_spec: str, command: str, engine, extra, log,
                    resume: bool) -> dict:
-    from mathrl.eval.report import format_table, write_report, write_summary
-    from mathrl.eval.runner import evaluate_benchmark
 
     own = engine is None
     t0 = time.time()

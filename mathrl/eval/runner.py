@@ -23,15 +23,18 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from mathrl.eval.metrics import (
     MAJ_EXACT_SUBSETS, MAJ_RESAMPLES, bootstrap_ci, cluster_answers, maj_at_k, mean, pass_at_k, wilson_interval,
 )
 from mathrl.eval.records import read_records, write_records
-
-if TYPE_CHECKING:
-    from mathrl.reward.options import GradeOptions
+from mathrl.data.sources import SOURCES
+from mathrl.data.templates import get_template
+from mathrl.eval.records import ChunkJournal, JOURNAL_NAME, generation_key
+from mathrl.progress import Progress
+from mathrl.reward import grade_batch
+from mathrl.reward.options import GradeOptions
 
 __all__ = ["EvalSettings", "evaluate_benchmark", "grade_records", "cluster_answers_batch", "summarize",
            "regrade_records", "read_records", "write_records"]
@@ -102,7 +105,6 @@ class EvalSettings:
     def from_config(cls, cfg, *, top_k: int | None = None) -> "EvalSettings":
         """The evaluation settings of a :class:`mathrl.config.Config` (``eval.*``, template, seed, and the
         verifier's :meth:`mathrl.reward.options.GradeOptions.from_config`)."""
-        from mathrl.reward.options import GradeOptions
 
         return cls(n=cfg.eval.n, ks=tuple(cfg.eval.k), temperature=cfg.eval.temperature, top_p=cfg.eval.top_p,
                    top_k=-1 if top_k is None else top_k, max_tokens=cfg.eval.max_tokens, greedy=cfg.eval.greedy,
@@ -113,7 +115,6 @@ class EvalSettings:
     @property
     def grading(self) -> GradeOptions:
         """The verifier's options (``timeout``, ``rel_tol``, ``workers``), checked."""
-        from mathrl.reward.options import GradeOptions
 
         return GradeOptions(timeout=self.timeout, rel_tol=self.rel_tol, workers=self.workers)
 
@@ -128,7 +129,6 @@ class EvalSettings:
 
 
 def _render(problems, settings: EvalSettings, tokenizer):
-    from mathrl.data.templates import get_template
 
     tpl = get_template(settings.template, system=settings.system_prompt)
     return [tpl.render(p, tokenizer) for p in problems], tuple(tpl.stop)
@@ -171,12 +171,11 @@ def generate_records(engine, problems: Sequence, settings: EvalSettings, *, name
     ``journal`` (a :class:`mathrl.eval.records.ChunkJournal`): chunks it holds are taken from it, and
     each chunk generated here is added to it as soon as it is done.
     """
-    from mathrl.rollout import SamplingConfig
+    from mathrl.rollout import SamplingConfig  # here: mathrl.rollout pulls torch into `mathrl eval --help` (eval.cli start-up)
 
     rank, world = part
     prompts, tpl_stop = _render(problems, settings, engine.tokenizer)
     stop = tuple(dict.fromkeys(tpl_stop + settings.stop))
-    from mathrl.progress import Progress
 
     records: list[dict] = []
     t0 = time.time()
@@ -243,7 +242,6 @@ def assemble_parts(parts: Sequence[Sequence[dict]], bounds: Sequence[tuple[int, 
 
 
 def _default_grader(settings: EvalSettings):
-    from mathrl.reward import grade_batch
 
     options = settings.grading
 
@@ -419,7 +417,6 @@ def summarize(records: list[dict], settings: EvalSettings, *, name: str = "") ->
 
 def _generated(source: str | None) -> bool:
     """Whether ``source`` is a generated source (its one ``level`` is a setting, not a breakdown)."""
-    from mathrl.data.sources import SOURCES
 
     spec = SOURCES.get(source, None) if source else None
     return spec is not None and spec.is_generated
@@ -478,7 +475,6 @@ def evaluate_benchmark(engine, problems: Sequence, settings: EvalSettings, *, na
     t0 = time.time()
     journal = None
     if out_dir is not None and part[1] == 1:
-        from mathrl.eval.records import JOURNAL_NAME, ChunkJournal, generation_key
 
         key = generation_key(problems, settings.to_dict(), chunk_bounds(len(problems), settings, engine), model,
                              type(engine).__name__)

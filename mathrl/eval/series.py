@@ -9,6 +9,9 @@ from pathlib import Path
 from typing import Callable
 
 from mathrl.config import ConfigError
+from mathrl.eval.evaluate import evaluate_model, settings_from_config
+from mathrl.eval.report import format_table, load_summary, pct, pyplot, write_report
+from mathrl.eval.runner import EvalSettings, read_records, regrade_records, summarize, write_records
 
 __all__ = ["find_checkpoints", "evaluate_series", "series_table", "write_series_plot", "regrade_run"]
 
@@ -66,8 +69,6 @@ def evaluate_series(run_dir: Path, cfg, load_sets: Callable[[], list], *, out_di
     """
     import yaml
 
-    from mathrl.eval.evaluate import evaluate_model, settings_from_config
-    from mathrl.eval.report import load_summary
 
     ckpts = find_checkpoints(run_dir)
     models: list[tuple[int, str]] = [(s, str(p)) for s, p in ckpts]
@@ -115,7 +116,6 @@ def evaluate_series(run_dir: Path, cfg, load_sets: Callable[[], list], *, out_di
 
 def series_table(series: dict, markdown: bool = False) -> str:
     """One row per (step, benchmark) with every metric in %."""
-    from mathrl.eval.report import pct
 
     names: list[str] = []
     for pt in series["points"]:
@@ -139,7 +139,6 @@ def series_table(series: dict, markdown: bool = False) -> str:
 
 def write_series_plot(path: Path, series: dict) -> Path:
     """Each metric of each benchmark against the training step."""
-    from mathrl.eval.report import pyplot
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -168,8 +167,6 @@ def write_series_plot(path: Path, series: dict) -> Path:
 
 def regrade_run(run_dir: Path, *, grader=None, log=_log) -> dict:
     """Grade the saved ``samples.jsonl`` of an evaluation folder again and rewrite its reports."""
-    from mathrl.eval.report import format_table, load_summary, write_report
-    from mathrl.eval.runner import EvalSettings, read_records, regrade_records, summarize, write_records
 
     try:
         summary = load_summary(run_dir)

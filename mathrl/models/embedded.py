@@ -121,7 +121,7 @@ def _conversion_bar(desc: str) -> Iterator:
     transformers' own bars (its loop over the GGUF tensors draws one even in logs) are off inside."""
     from transformers.utils import logging as hf_logging
 
-    from mathrl.progress import Progress
+    from mathrl.progress import Progress  # here: looked up at call time, tests stand in for mathrl.progress.Progress
 
     try:
         from transformers import modeling_gguf_pytorch_utils as gguf_utils

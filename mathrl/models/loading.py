@@ -18,6 +18,8 @@ import torch
 
 from mathrl.models.embedded import cache_root, ensure_embedded_model, is_embedded
 from mathrl.models.errors import ModelError
+from mathrl.hub import offline_if_unreachable
+from mathrl.models.lora import is_adapter_folder, merged_model_folder
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
            "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
@@ -45,7 +47,6 @@ def resolve_model_path(spec: str, cache_dir: str | os.PathLike | None = None, *,
             raise ModelError(f"{said}{exc}") from None
     p = Path(spec).expanduser()
     if p.is_dir():
-        from mathrl.models.lora import is_adapter_folder, merged_model_folder
 
         if is_adapter_folder(p):  # a LoRA adapter (a checkpoint's adapter/ folder): merged onto its base once
             return str(merged_model_folder(p, cache_root(cache_dir)))
@@ -60,7 +61,6 @@ def resolve_model_path(spec: str, cache_dir: str | os.PathLike | None = None, *,
         what = "the folder does not exist" if key else f"model path {spec!r} does not exist"
         raise ModelError(f"{said}{what}{where}; fix: give an existing Hugging Face model folder (with "
                          "config.json), 'embedded', or a hub id such as Qwen/Qwen2.5-0.5B-Instruct")
-    from mathrl.hub import offline_if_unreachable
 
     offline_if_unreachable(f"model {spec!r}")  # an offline machine: the local cache at once, no retries
     return spec

@@ -12,6 +12,7 @@ import os
 import pickle
 import struct
 import sys
+from mathrl.reward.grader import grade_local
 
 _HEADER = struct.Struct("<I")
 
@@ -75,7 +76,6 @@ def main() -> None:
     import logging
 
     logging.disable(logging.CRITICAL)
-    from mathrl.reward.grader import grade_local
 
     grade_local("The answer is $\\boxed{\\frac{\\sqrt{2}}{2}}$.", "\\frac{1}{\\sqrt{2}}")  # warm-up
     _limit_memory()

@@ -66,6 +66,7 @@ from mathrl.reward.normalize import (
 )
 from mathrl.reward.numbers import clock_time, exact_number, ratio
 from mathrl.reward.symbolic import num_close, sympy_equal, to_sympy
+from mathrl.reward.normalize import parse_node
 
 __all__ = ["equivalent", "fast_equivalent", "nodes_equal", "scalar_equal"]
 
@@ -260,17 +261,14 @@ def nodes_equal(g, r, fast: bool, rel_tol: float) -> bool:
         if v is None and r.op == "=":
             v = Scalar(r.rhs)
         if v is not None:
-            from mathrl.reward.normalize import parse_node
 
             return nodes_equal(g, parse_node(r.rhs, False, False, 1), fast, rel_tol)
         return False
     if isinstance(g, Relation) and not isinstance(r, Relation):
         if _relation_value(g) is not None or (g.op == "=" and not g.extra and _names_only(g.lhs)):
-            from mathrl.reward.normalize import parse_node
 
             return nodes_equal(parse_node(g.rhs, False, False, 1), r, fast, rel_tol)
         if g.op == "=" and not g.extra and is_var(g.rhs):  # the value first: '2 = x'
-            from mathrl.reward.normalize import parse_node
 
             return nodes_equal(parse_node(g.lhs, False, False, 1), r, fast, rel_tol)
         return False

@@ -22,11 +22,11 @@ __all__ = [
 
 def __getattr__(name: str):  # lazy backends
     if name == "HFRolloutEngine":
-        from mathrl.rollout.hf import HFRolloutEngine
+        from mathrl.rollout.hf import HFRolloutEngine  # here: backends import lazily (the vLLM worker imports mathrl.rollout under another transformers)
 
         return HFRolloutEngine
     if name == "VLLMRolloutEngine":
-        from mathrl.rollout.vllm import VLLMRolloutEngine
+        from mathrl.rollout.vllm import VLLMRolloutEngine  # here: backends import lazily (the vLLM worker imports mathrl.rollout under another transformers)
 
         return VLLMRolloutEngine
     raise AttributeError(name)

@@ -16,7 +16,7 @@ __all__ = ["ROLLOUT_BACKENDS", "make_engine", "resolve_backend"]
 def build_vllm(model_path: str, *, vllm_python: str | None = None, dtype: str = "float32", seed: int = 0,
                model=None, tokenizer=None, **kwargs) -> RolloutEngine:
     """The vLLM engine for ``model_path`` (it loads the model itself; ``model`` must be None)."""
-    from mathrl.rollout.vllm import VLLMRolloutEngine
+    from mathrl.rollout.vllm import VLLMRolloutEngine  # here: backends import lazily (the vLLM worker imports mathrl.rollout under another transformers)
 
     if model is not None:
         raise ValueError("make_engine: `model` is for the hf backend; vLLM loads model_path itself")
@@ -27,7 +27,7 @@ def build_vllm(model_path: str, *, vllm_python: str | None = None, dtype: str = 
 def build_hf(model_path: str, *, vllm_python: str | None = None, dtype: str = "float32", seed: int = 0,
              model=None, tokenizer=None, **kwargs) -> RolloutEngine:
     """The transformers engine for ``model_path`` (or ``model``, shared); ``seed`` is per call (``SamplingConfig``)."""
-    from mathrl.rollout.hf import HFRolloutEngine
+    from mathrl.rollout.hf import HFRolloutEngine  # here: backends import lazily (the vLLM worker imports mathrl.rollout under another transformers)
 
     return HFRolloutEngine(model_path, model=model, tokenizer=tokenizer, dtype=dtype, **kwargs)
 
@@ -39,7 +39,7 @@ def resolve_backend(backend: str, vllm_python: str | None = None) -> tuple[str, 
         raise ValueError(f"rollout.backend={backend!r}: allowed values are {', '.join((*ROLLOUT_BACKENDS, 'auto'))}")
     if backend != "auto":
         return backend, "asked for"
-    from mathrl.rollout.vllm import default_vllm_python, probe_vllm_python, vllm_importable
+    from mathrl.rollout.vllm import default_vllm_python, probe_vllm_python, vllm_importable  # here: looked up at call time, tests stand in for rollout.vllm.vllm_importable/default_vllm_python
 
     if vllm_python in (None, "inprocess") and vllm_importable():
         return "vllm", "vllm is importable in this interpreter"

@@ -39,6 +39,7 @@ from mathrl.rollout.base import OnRow, Prompts, RolloutEngine, check_n
 from mathrl.rollout.batch import RolloutBatch, Sample, SamplingConfig, collate
 from mathrl.rollout.sampling import sample_tokens, sampling_logprobs
 from mathrl.models.precision import without_autocast
+from mathrl.models import load_causal_lm, load_tokenizer
 
 
 #: Default tokens decoded between two host syncs of the decode loop. 8 amortises a GPU readback
@@ -104,7 +105,6 @@ class HFRolloutEngine(RolloutEngine):
         if model is None and model_path is None:
             raise ValueError("HFRolloutEngine needs model_path or model")
         if model is None or tokenizer is None:
-            from mathrl.models import load_causal_lm, load_tokenizer
             if tokenizer is None:
                 tokenizer = load_tokenizer(model_path if model_path is not None else model.name_or_path)
             if model is None:

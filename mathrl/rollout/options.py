@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from mathrl.config import auto
 from mathrl.rollout.base import RolloutEngine
+from mathrl.rollout.vllm import dist_from_env
 
 __all__ = ["EngineOptions", "engine_dtype"]
 
@@ -43,7 +44,7 @@ class EngineOptions:
         """``purpose = "train"``: the engine colocated with the trainer; ``"eval"``: a standalone evaluation
         engine. ``device``: where the hf backend runs (the trainer's device). A bad ``rollout.backend``
         raises ``ValueError`` naming the allowed values."""
-        from mathrl.rollout import resolve_backend  # the package's (a test may stand in for it)
+        from mathrl.rollout import resolve_backend  # here: looked up at call time, tests stand in for mathrl.rollout.resolve_backend
 
         r = cfg.rollout
         backend, why = resolve_backend(r.backend, r.vllm_python)
@@ -55,7 +56,6 @@ class EngineOptions:
             options.update(cpu_kv_cache_gb=r.kv_cache_gb, max_model_len=r.max_model_len,
                            max_num_batched_tokens=r.max_num_batched_tokens, enforce_eager=r.enforce_eager)
             if purpose == "train":
-                from mathrl.rollout.vllm import dist_from_env
 
                 options.update(gpu_memory_utilization=r.gpu_memory_utilization,
                                tensor_parallel_size=r.tensor_parallel_size, enable_sleep_mode=r.enable_sleep_mode,
@@ -67,7 +67,7 @@ class EngineOptions:
 
     def build(self, model_path: str, *, tokenizer=None, model=None) -> RolloutEngine:
         """The engine for ``model_path``; ``model`` (hf only): a loaded module to generate with (shared)."""
-        from mathrl.rollout import make_engine  # the package's (a test may stand in for it)
+        from mathrl.rollout import make_engine  # here: looked up at call time, tests stand in for mathrl.rollout.make_engine
 
         kwargs = dict(self.options)
         if model is not None:

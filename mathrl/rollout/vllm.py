@@ -34,6 +34,10 @@ import torch
 from mathrl.rollout.base import OnRow, Prompts, RolloutEngine, check_n
 from mathrl.rollout.batch import RolloutBatch, Sample, SamplingConfig, collate
 from mathrl.rollout.colocate import ensure_awake, weights_loaded
+from mathrl.models import load_tokenizer, resolve_model_path
+from mathrl.rollout.colocate import SleepSchedule
+from mathrl.rollout.vllm_core import VLLMCore, tp_groups
+from mathrl.rollout.vllm_worker import send_tensors
 
 #: environment defaults for a CPU vLLM worker (the caller's environment wins)
 CPU_WORKER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "2", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -221,7 +225,6 @@ class _WorkerClient:
         return self.call("score", prompt_ids=prompt_ids, response_ids=response_ids, temperature=temperature)
 
     def load_weights(self, named_tensors) -> int:
-        from mathrl.rollout.vllm_worker import send_tensors
 
         self.conn.send({"op": "load_weights"})
         try:
@@ -308,9 +311,6 @@ class VLLMRolloutEngine(RolloutEngine):
                  enable_sleep_mode: bool = False, enforce_eager: bool = False,
                  dist: dict | None = None, sleep_between_steps: bool = False, sleep_level: int = 2,
                  startup_timeout: float = 900.0, tokenizer=None, add_special_tokens: bool = False) -> None:
-        from mathrl.models import load_tokenizer, resolve_model_path
-        from mathrl.rollout.colocate import SleepSchedule
-        from mathrl.rollout.vllm_core import tp_groups
 
         self.model_path = resolve_model_path(model_path)
         self.model_source, self.model_path = vllm_model_source(model_path, self.model_path)
@@ -348,7 +348,6 @@ class VLLMRolloutEngine(RolloutEngine):
         self._tp_group = None
         self._tp_index = 0
         if self.mode == "inprocess":
-            from mathrl.rollout.vllm_core import VLLMCore
 
             for k, v in {**CPU_WORKER_ENV, **worker_env}.items():
                 if k != "OMP_NUM_THREADS" and (k in worker_env or k not in os.environ):

@@ -333,7 +333,6 @@ class VLLMCore:
         weights: Iterable = counted() if self._inproc else list(counted())
 
         def _reload(worker, weights, on_cpu):
-            from mathrl.rollout.vllm_weights import refresh_cpu_embedding_gemm, select_weight_loader
 
             w = getattr(worker, "worker", worker)
             kind, load = select_weight_loader(w)

@@ -29,6 +29,7 @@ from multiprocessing.connection import Connection
 from typing import Iterator
 
 import torch
+from mathrl.rollout.vllm_core import VLLMCore
 
 _DTYPES = {str(d): d for d in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64,
                                 torch.int32, torch.int8, torch.uint8, torch.bool)}
@@ -89,7 +90,6 @@ def serve(conn: Connection) -> None:
         op = req.get("op")
         try:
             if op == "init":
-                from mathrl.rollout.vllm_core import VLLMCore
 
                 core = VLLMCore(req["model_path"], dtype=req["dtype"], seed=req["seed"],
                                 enable_prefix_caching=req["enable_prefix_caching"],

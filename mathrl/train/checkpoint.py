@@ -52,6 +52,9 @@ from mathrl.dist.checkpoint_io import (CKPT_RE, MANIFEST, STATE, begin, ckpt_roo
                                        write_manifest)
 from mathrl.train.errors import CheckpointError, TrainingError  # noqa: F401 (part of this module's API)
 from mathrl.train.models import Models, full_state_dict, iterative_reference
+from mathrl.dist.collectives import device, global_sum
+from mathrl.progress import SlowPhase
+from mathrl.rollout import iter_full_parameters
 
 
 # --------------------------------------------------------------------------- the trainer's checkpoints
@@ -80,7 +83,6 @@ def save_checkpoint(cfg: Config, dist: DistInfo, models: Models, state: State, *
     ``train.on_save_error = 'warn'`` prints a warning and returns None (the next save tries
     again), ``'stop'`` raises :class:`TrainingError`; a failed ``final`` save always raises.
     """
-    from mathrl.progress import SlowPhase
 
     with SlowPhase(f"writing the checkpoint of step {state.step}", enabled=dist.is_main):
         return _save_checkpoint(cfg, dist, models, state, final=final)
@@ -116,7 +118,6 @@ def _save_checkpoint(cfg: Config, dist: DistInfo, models: Models, state: State, 
     critic_sd = full_state_dict(models.critic) if models.critic is not None else None
     ref_sd = None
     if iterative_reference(cfg, models) and state.ref_step > 0:  # at ref_step 0 the reference is the initial model
-        from mathrl.rollout import iter_full_parameters
 
         ref_sd = {n: t.contiguous().clone() for n, t in iter_full_parameters(getattr(models.ref, "module", models.ref))}
     # under LoRA the frozen base weights are the model folder's; DeepSpeed keeps the adapters and their
@@ -200,7 +201,6 @@ def checkpoint_due(cfg: Config, step: int, last_save: float) -> bool:
     ranks: one rank's clock is enough). The last step is saved by the loop anyway."""
     import time
 
-    from mathrl.dist.collectives import global_sum
 
     t = cfg.train
     if t.save_every and step % t.save_every == 0:
@@ -227,7 +227,6 @@ def rng_state() -> dict[str, Any]:
     than the uninterrupted run from its first step on."""
     import random
 
-    from mathrl.dist.collectives import device
 
     out: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
     dev = device()
@@ -241,7 +240,6 @@ def set_rng_state(saved: dict[str, Any]) -> None:
     left out)."""
     import random
 
-    from mathrl.dist.collectives import device
 
     torch.set_rng_state(saved["torch"])
     version, internal, gauss = saved["python"]  # torch.load gives lists back where random wants tuples

@@ -31,6 +31,7 @@ from torch import Tensor
 from mathrl.algo.logprobs import logprobs_and_entropy_from_logits, logprobs_from_logits
 from mathrl.train.packing import CacheCaller, to_device
 from mathrl.train.rows import ForwardBatch
+from mathrl.dist.collectives import all_reduce
 
 
 @dataclass
@@ -103,7 +104,6 @@ def agreed_plan(plan: list[Tensor], group_size: int = 1) -> list[tuple[Tensor, b
     with weight 0 (trainer) or discarded (no-grad forwards). Gradients stay exact: a zero-weight
     backward adds exact zeros.
     """
-    from mathrl.dist.collectives import all_reduce
 
     n = int(all_reduce(torch.tensor([len(plan)], dtype=torch.int64), "max")[0])
     pad = plan[0][: max(1, group_size)]

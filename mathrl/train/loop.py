@@ -63,6 +63,7 @@ from mathrl.train.sampling import sample_records, sample_step, sampling_seed
 from mathrl.train.trainer import Method, Trainer
 from mathrl.train.rows import ForwardBatch
 from mathrl.train.update import TrainBatch, sampling_temperature, step_metrics, update_critic, update_policy
+from mathrl.rollout import colocate
 
 
 def compute_advantages(cfg: Config, scores: torch.Tensor, group_index: torch.Tensor, mask: torch.Tensor,
@@ -90,7 +91,6 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
     ``logging.log_samples`` of this rank's completions (``rollouts.jsonl``). ``sampler``
     (``rollout.staleness = 1``) gives the batch sampled during the previous step and samples the next
     one during this step's update (:mod:`mathrl.train.offpolicy`)."""
-    from mathrl.rollout import colocate
 
     t_step = time.perf_counter()
     a, t, r = cfg.algo, cfg.train, cfg.rollout

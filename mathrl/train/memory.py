@@ -26,6 +26,11 @@ import math
 import resource
 from pathlib import Path
 from typing import Any
+from mathrl.config import ConfigError
+from mathrl.dist.collectives import device, global_min
+from mathrl.train.checkpoint import TrainingError
+from mathrl.train.layouts import group_share
+from mathrl.train.preflight import context_length, longest_prompt
 
 __all__ = ["CALIBRATION", "available_bytes", "builds_score_matrix", "micro_batch_bytes", "parameter_count",
            "per_token_bytes", "tokens_that_fit"]
@@ -214,9 +219,6 @@ def fit_micro_batches(cfg, dist, models, prompt_len: int, resumed: int | None = 
 
     import torch
 
-    from mathrl.train.checkpoint import TrainingError
-    from mathrl.dist.collectives import device, global_min
-    from mathrl.train.layouts import group_share
 
     t, r = cfg.train, cfg.rollout
     dev = device()
@@ -304,7 +306,6 @@ def context_for(configured: int | None, needs: dict[str, tuple[str, int, int]], 
     need = prompt + new
     if configured is not None:
         if configured < need:
-            from mathrl.config import ConfigError
 
             raise ConfigError(
                 f"rollout.max_model_len = {configured}: the longest {what} prompt ({prompt} tokens) plus {key} = "
@@ -321,7 +322,6 @@ def size_rollout_context(cfg, tokenizer, problems, eval_problems, model_path: st
     """Set ``cfg.rollout.max_model_len`` to :func:`context_for` this run (its training prompts with
     ``rollout.max_tokens``, its held-out prompts with ``eval.max_tokens``; the model's context from its
     config.json) before the rollout engine is built; returns it."""
-    from mathrl.train.preflight import context_length, longest_prompt
 
     system = cfg.data.system_prompt
     needs = {"rollout.max_tokens": ("training", longest_prompt(cfg, tokenizer, problems, system)[0],

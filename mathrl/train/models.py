@@ -17,6 +17,14 @@ from mathrl.dist.engines import build_engine, build_inference_engine, copy_weigh
 from mathrl.dist.ds_json import ds_config, inference_ds_config
 from mathrl.train.forward import is_zero3
 from mathrl.train.layouts import Layout, choose_layout, group_share, layout_request
+from mathrl.models import load_causal_lm, load_tokenizer, resolve_model_path
+from mathrl.models.loading import disable_dropout, set_attention
+from mathrl.models.lora import AdapterOffReference, add_adapters, has_adapters, merged_parameters
+from mathrl.models.precision import autocast_dtype, resolve_autocast
+from mathrl.models.value_head import ValueModel
+from mathrl.rollout import iter_full_parameters
+from mathrl.rollout.colocate import ensure_awake, reload_weights_with
+from mathrl.rollout.options import EngineOptions
 
 
 class GradGuard:
@@ -89,9 +97,6 @@ def build_models(cfg: Config, dist: DistInfo, total_steps: int) -> Models:
     """The policy engine (and reference, critic). ``total_steps`` is in RL steps; the LR schedule and
     its warm-up (``train.warmup_steps``, also RL steps) are sized in optimizer steps, since the scheduler
     advances once per optimizer step (:func:`optimizer_steps_per_rl_step` of them per RL step)."""
-    from mathrl.models import load_causal_lm, load_tokenizer, resolve_model_path
-    from mathrl.models.loading import disable_dropout, set_attention
-    from mathrl.models.value_head import ValueModel
 
     dtype = resolve_dtype(cfg.model.dtype)
     amp = compute_dtype(cfg, dtype, dist)
@@ -109,7 +114,6 @@ def build_models(cfg: Config, dist: DistInfo, total_steps: int) -> Models:
     if cfg.model.disable_dropout:
         disable_dropout(policy)
     if cfg.model.lora is not None:  # after disable_dropout: model.lora.dropout is the adapters' own
-        from mathrl.models.lora import add_adapters
 
         add_adapters(policy, cfg.model.lora)
     enable_autocast(policy, amp)
@@ -123,7 +127,6 @@ def build_models(cfg: Config, dist: DistInfo, total_steps: int) -> Models:
         _exclude_tied_frozen(engine)
     ref = None
     if cfg.algo.kl_coef > 0 and cfg.model.lora is not None and not cfg.model.ref_model:
-        from mathrl.models.lora import AdapterOffReference
 
         ref = AdapterOffReference(engine.module)  # the base model: the policy with its adapters off
     elif cfg.algo.kl_coef > 0:
@@ -155,7 +158,7 @@ def build_models(cfg: Config, dist: DistInfo, total_steps: int) -> Models:
 
 def compute_dtype(cfg: Config, dtype: torch.dtype, dist: DistInfo) -> torch.dtype | None:
     """The autocast dtype of ``model.autocast`` for parameters of ``dtype`` (None: plain forwards)."""
-    from mathrl.models.precision import autocast_dtype, native_bf16, resolve_autocast
+    from mathrl.models.precision import native_bf16  # here: looked up at call time, tests stand in for precision.native_bf16
 
     if dtype != torch.float32:
         return None  # bf16 parameters already run bf16 matmuls
@@ -200,7 +203,6 @@ def iterative_reference(cfg: Config, models: Models) -> bool:
 
 def reset_reference(models: Models) -> int:
     """Iterative RL: make the reference model a copy of the current policy (ZeRO-3: shard by shard)."""
-    from mathrl.rollout import iter_full_parameters
 
     return copy_weights(models.ref, iter_full_parameters(models.policy.module))
 
@@ -209,14 +211,12 @@ def make_rollout(cfg: Config, models: Models):
     """The rollout engine. The hf backend shares the trainer's module when rollout is synchronous (no
     second copy of the weights, nothing to sync; under ZeRO-3 its parameters are gathered for each
     generation phase: :func:`generation_weights`); vLLM gets weights pushed."""
-    from mathrl.rollout.options import EngineOptions
 
     opts = EngineOptions.from_config(cfg, purpose="train", device=device())
     # asynchronous rollout samples while the trainer updates: the hf engine needs its own copy then
     shared = models.policy.module if opts.backend == "hf" and not cfg.rollout.staleness else None
     engine = opts.build(models.model_path, tokenizer=models.tokenizer, model=shared)
     # rollout.sleep_level=2: a generation after a sleep with no sync since gets the trainer's weights pushed again
-    from mathrl.rollout.colocate import reload_weights_with
 
     reload_weights_with(engine, lambda: sync_weights(engine, models.policy))
     return engine
@@ -243,10 +243,7 @@ def generation_weights(rollout, engine):
 
 def sync_weights(rollout, engine) -> int:
     """Push the trainer's current parameters into the rollout engine (ZeRO-3 shards gathered one at a time)."""
-    from mathrl.rollout import iter_full_parameters
-    from mathrl.rollout.colocate import ensure_awake
 
-    from mathrl.models.lora import has_adapters, merged_parameters
 
     if getattr(rollout, "model", None) is engine.module:
         return 0  # the hf engine shares the trainer's module: nothing to copy

@@ -44,6 +44,12 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from mathrl.config import Config, ConfigError
+from mathrl.algo.advantages import get_estimator_spec
+from mathrl.data import DataError, get_template
+from mathrl.data.splits import heldout_problems, load_training_problems
+from mathrl.dist.ds_json import check_batch_sizes, read_ds_json
+from mathrl.models import ModelError, load_tokenizer, resolve_model_path
+from mathrl.models.loading import one_line
 
 #: Problems whose prompts are tokenised exactly for the context check: all of them up to this
 #: count, else this many with the longest questions (the template adds the same text to each).
@@ -81,7 +87,7 @@ def preflight(cfg: Config) -> None:
 def check_vllm_available(cfg: Config) -> None:
     """``rollout.backend=vllm`` needs vLLM here or a worker interpreter (``rollout.vllm_python``,
     ``$MATHRL_VLLM_PYTHON``, ``.venv-vllm``); checked by the files alone (no import), before anything loads."""
-    from mathrl.rollout.vllm import default_vllm_python, vllm_importable
+    from mathrl.rollout.vllm import default_vllm_python, vllm_importable  # here: looked up at call time, tests stand in for rollout.vllm.vllm_importable/default_vllm_python
 
     r = cfg.rollout
     if r.backend != "vllm":
@@ -115,7 +121,6 @@ def world_size() -> int:
 
 def check_deepspeed_json(cfg: Config, world: int) -> None:
     """``deepspeed.config_path``: readable JSON whose batch sizes multiply out for ``world`` processes."""
-    from mathrl.dist.ds_json import check_batch_sizes, read_ds_json
 
     path = cfg.deepspeed.config_path
     if path is None:
@@ -128,7 +133,6 @@ def check_deepspeed_json(cfg: Config, world: int) -> None:
 
 
 def _resolve(key: str, spec: str, cache_dir: str | None) -> str:
-    from mathrl.models import resolve_model_path
 
     return resolve_model_path(spec, cache_dir, key=key)
 
@@ -138,7 +142,6 @@ def check_model_specs(cfg: Config) -> str:
 
     Only names and folders are checked here (``config.json`` present); nothing is loaded.
     """
-    from mathrl.algo.advantages import get_estimator_spec
 
     m = cfg.model
     path = _resolve("model.name", m.name, m.cache_dir)
@@ -151,7 +154,6 @@ def check_model_specs(cfg: Config) -> str:
 
 def load_checked_tokenizer(cfg: Config, model_path: str):
     """The policy's tokenizer (small; no weights), with ``model.name`` in any error."""
-    from mathrl.models import ModelError, load_tokenizer
 
     try:
         return load_tokenizer(model_path)
@@ -171,7 +173,6 @@ def context_length(cfg: Config, model_path: str) -> tuple[int | None, str]:
         try:
             data = json.loads(local.read_text())
         except ValueError as exc:
-            from mathrl.models import ModelError
 
             raise ModelError(f"model.name = {cfg.model.name!r}: {local}:{exc.lineno}: invalid JSON ({exc.msg}); "
                              "the model folder is damaged: save or download it again") from None
@@ -179,12 +180,10 @@ def context_length(cfg: Config, model_path: str) -> tuple[int | None, str]:
     else:
         from transformers import AutoConfig
 
-        from mathrl.models import ModelError
 
         try:
             data = AutoConfig.from_pretrained(model_path).to_dict()
         except Exception as exc:
-            from mathrl.models.loading import one_line
 
             raise ModelError(f"model.name = {cfg.model.name!r}: cannot read its config ({type(exc).__name__}: "
                              f"{one_line(exc)})") from None
@@ -214,7 +213,6 @@ def _quiet_data_log() -> Iterator[None]:
 
 def check_training_data(cfg: Config) -> list:
     """Load the training problems exactly as the trainer will (every row of a local file is mapped)."""
-    from mathrl.data.splits import load_training_problems
 
     with _quiet_data_log():
         return load_training_problems(cfg)
@@ -222,7 +220,6 @@ def check_training_data(cfg: Config) -> list:
 
 def check_eval_data(cfg: Config) -> list:
     """Load the held-out problems of the before/after evaluation (``data.eval_*``)."""
-    from mathrl.data.splits import heldout_problems
 
     with _quiet_data_log():
         return heldout_problems(cfg)[1]
@@ -232,7 +229,6 @@ def check_eval_data(cfg: Config) -> list:
 
 
 def _template(cfg: Config, system: str | None):
-    from mathrl.data import DataError, get_template
 
     try:
         return get_template(cfg.data.template, system=system)

@@ -8,6 +8,9 @@ from pathlib import Path
 
 from mathrl.config import Config
 from mathrl.dist.collectives import DistInfo, all_gather_objects
+from mathrl.eval import report as eval_report
+from mathrl.eval.runner import EvalSettings, evaluate_benchmark
+from mathrl.train.metrics import read_metrics
 
 
 def evaluate(rollout, problems, cfg: Config, *, out_dir: Path | None = None,
@@ -24,9 +27,6 @@ def evaluate(rollout, problems, cfg: Config, *, out_dir: Path | None = None,
     """
     import time
 
-    from mathrl.eval.report import write_report
-    from mathrl.eval.runner import EvalSettings, evaluate_benchmark
-
     settings = EvalSettings.from_config(cfg)
     part = (dist.rank, dist.world_size) if dist is not None else (0, 1)
     t0 = time.time()
@@ -34,7 +34,7 @@ def evaluate(rollout, problems, cfg: Config, *, out_dir: Path | None = None,
                              part=part, gather=all_gather_objects)
     if out_dir is not None:  # an evaluation folder like `mathrl eval`'s: --compare, --regrade and --series read it
         step = out_dir.name.removeprefix("step_")
-        write_report(out_dir, {
+        eval_report.write_report(out_dir, {
             "model": f"{cfg.model.name}, trained in {cfg.train.output_dir} to step {int(step) if step.isdigit() else step}",
             "command": "mathrl train (held-out evaluation during training)", "backend": type(rollout).__name__,
             "settings": settings.to_dict(), "benchmarks": {"heldout": res.summary},
@@ -87,7 +87,6 @@ def plot_rewards(history: list[dict], path: Path) -> None:
 def write_report(out: Path, before: dict, after: dict) -> None:
     """``reward_curve.png`` and ``summary.md`` (held-out metrics before / after). A resumed run evaluated
     "before" in an earlier process: then the step-0 evaluation row of the metrics log is the column."""
-    from mathrl.train.metrics import read_metrics
 
     rows = read_metrics(out / "metrics.jsonl")
     history = [h for h in rows if "event" not in h]

@@ -13,6 +13,15 @@ import torch
 from mathrl.config import Config
 from mathrl.rollout import RolloutBatch, SamplingConfig
 from mathrl.dist.collectives import DistInfo
+from mathrl.algo.filtering import draw_prompts, group_pass_rates, informative_groups, select_informative
+from mathrl.data import get_template, render_prompt
+from mathrl.data.splits import step_indices, stream_index
+from mathrl.dist.collectives import global_min, global_sum
+from mathrl.reward.api import GradeStream
+from mathrl.reward.options import GradeOptions
+from mathrl.reward.rewards import RewardContext, compute_rewards, needs_grades, reward_terms
+from mathrl.rollout import colocate
+from mathrl.rollout.batch import select_groups
 
 
 def sampling_seed(cfg: Config, step: int, rank: int, round_: int = 0) -> int:
@@ -25,7 +34,6 @@ def sampling_seed(cfg: Config, step: int, rank: int, round_: int = 0) -> int:
 
 def stop_strings(cfg: Config) -> tuple[str, ...]:
     """rollout.stop plus the prompt template's own stops (few-shot plain prompts)."""
-    from mathrl.data import get_template
 
     return tuple(dict.fromkeys([*cfg.rollout.stop, *get_template(cfg.data.template).stop]))
 
@@ -51,7 +59,6 @@ class Sampled:
 def merge_groups(rounds: list[Sampled], picks: list[tuple[int, int]]) -> Sampled:
     """One :class:`Sampled` made of whole groups of several rounds (``picks``: (round, group) pairs in
     batch order); the times of all rounds are summed."""
-    from mathrl.rollout.batch import select_groups
 
     G = rounds[0].batch.group_size
     rows = [(k, i * G + j) for k, i in picks for j in range(G)]
@@ -80,9 +87,6 @@ def sample_step(cfg: Config, dist: DistInfo, tokenizer, rollout, problems: list,
     minimum over ranks, so all ranks sample the same number of rounds). Round 0 samples with the step's
     own seed, so a step whose first round suffices is the plain step. Records every prompt's pass rate
     (all ranks') in the filter and advances ``state.prompts_used``."""
-    from mathrl.algo.filtering import draw_prompts, group_pass_rates, informative_groups, select_informative
-    from mathrl.data.splits import stream_index
-    from mathrl.dist.collectives import global_min, global_sum
 
     a, t = cfg.algo, cfg.train
     B, G = t.batch_size, cfg.rollout.n
@@ -152,8 +156,6 @@ def make_request(cfg: Config, dist: DistInfo, tokenizer, problems: list, step: i
                  indices: list[int] | None = None, seed: int | None = None) -> Request:
     """Step 1: the problems of step ``step`` (0-based; this rank's share of the stream, or ``indices``),
     their prompts (chat template) and the sampling parameters (the step's seed, or ``seed``)."""
-    from mathrl.data import render_prompt
-    from mathrl.data.splits import step_indices
 
     t, r = cfg.train, cfg.rollout
     per_rank = t.batch_size // dist.world_size
@@ -170,9 +172,6 @@ def make_request(cfg: Config, dist: DistInfo, tokenizer, problems: list, step: i
 def grade_stream(cfg: Config, req: Request):
     """A :class:`mathrl.reward.GradeStream` for the responses of ``req`` (the engine's ``on_row`` feeds
     it while generating), or None when ``reward.stream`` is off or no reward term needs the verifier."""
-    from mathrl.reward.api import GradeStream
-    from mathrl.reward.options import GradeOptions
-    from mathrl.reward.rewards import needs_grades, reward_terms
 
     if not cfg.reward.stream or not needs_grades(reward_terms(cfg)):
         return None
@@ -189,8 +188,7 @@ def grade_and_score(cfg: Config, req: Request, batch, times: dict[str, float], s
     """Step 3: grade the responses of ``batch`` (the rollout of ``req``; verifier worker processes, hard
     timeouts) and turn the grades into rewards (``reward.*`` terms). ``times`` gets ``grade``: with a
     ``stream`` fed during generation, only the wait for what it has not graded yet."""
-    from mathrl.reward import GradeOptions, grade_batch
-    from mathrl.reward.rewards import RewardContext, compute_rewards, needs_grades, reward_terms
+    from mathrl.reward import grade_batch  # here: looked up at call time, tests stand in for mathrl.reward.grade_batch
 
     r = cfg.rollout
     G = r.n
@@ -225,7 +223,6 @@ def sample_and_grade(cfg: Config, dist: DistInfo, tokenizer, rollout, problems: 
     reward is > 0. Used by the RL loop and the ablation methods, so they see the same problems, prompts
     and samples at the same step.
     """
-    from mathrl.rollout import colocate
 
     # 1. the problems of this step (this rank's share) and their prompts
     req = make_request(cfg, dist, tokenizer, problems, step, indices=indices, seed=seed)

@@ -14,6 +14,7 @@ from mathrl.dist.collectives import DistInfo, init_distributed
 from mathrl.train.metrics import MetricsLogger
 from mathrl.train.models import Models
 from mathrl.train.preflight import preflight
+from mathrl.versions import check_versions
 
 
 def restore_torch_linear() -> bool:
@@ -48,7 +49,6 @@ def prepare_run(cfg: Config) -> tuple[DistInfo, Path]:
     """Process group, batch-size checks, the run folder with its resolved config; removes checkpoints
     half-written by a crash; torch's own linear back if an earlier ZeRO-3 run in this process replaced it
     (:func:`restore_torch_linear`). Shared by every training method (RL here, SFT/RFT in mathrl.ablate)."""
-    from mathrl.versions import check_versions
 
     check_versions()  # an old DeepSpeed/transformers fails here with a message, not deep inside them
     restore_torch_linear()

@@ -32,6 +32,7 @@ from torch import Tensor
 
 from mathrl.algo.logprobs import logprobs_and_entropy_from_logits, logprobs_from_logits
 from mathrl.train.rows import ForwardBatch
+from mathrl.train.packing import to_device
 
 __all__ = ["VARLEN_ATTENTION", "VarlenMicroBatch", "make_varlen_micro_batch", "varlen_kernel", "varlen_policy_forward",
            "varlen_value_forward"]
@@ -72,7 +73,6 @@ def varlen_kernel(model) -> bool:
 def make_varlen_micro_batch(tokens: ForwardBatch, rows: Tensor, device: torch.device | str = "cpu"
                             ) -> VarlenMicroBatch:
     """The padding-free micro-batch of ``rows`` of ``tokens`` (prompts left-padded, responses right-padded)."""
-    from mathrl.train.packing import to_device
 
     prompt_ids, response_ids = tokens.prompt_ids, tokens.response_ids
     pm, rm = tokens.prompt_mask[rows].bool(), tokens.response_mask[rows].bool()

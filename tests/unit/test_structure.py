@@ -167,3 +167,44 @@ def test_files_are_small_enough_to_read(rel):
         assert n < 700, f"{rel}: {n} lines (allowed over {FILE_MAX} because {LONG_FILES[rel]})"
     else:
         assert n <= FILE_MAX, f"mathrl/{rel} has {n} lines; split it or add it to LONG_FILES with the reason"
+
+
+# Imports of mathrl modules inside functions (issue 39): most were leftovers of the old layout and moved
+# to the module top. A ratchet: the count may only go down, and each one kept in the packages below says
+# why on its line (``# here: <reason>``: an import cycle, a heavy dependency kept off a light path, or a
+# name tests stand in for that the function must look up at call time).
+MAX_FUNCTION_IMPORTS = 69
+HERE_PACKAGES = ("train", "dist", "eval", "reward", "data", "algo", "models", "rollout")
+HERE_EXEMPT = ("eval/cli.py", "eval/benchmarks.py")
+
+
+def _function_imports():
+    found = []
+    for path in sorted(PKG.rglob("*.py")):
+        src = path.read_text()
+        lines = src.splitlines()
+
+        def walk(node, in_fn):
+            for child in ast.iter_child_nodes(node):
+                if in_fn and isinstance(child, (ast.Import, ast.ImportFrom)):
+                    names = ([a.name for a in child.names] if isinstance(child, ast.Import)
+                             else ["." * child.level + (child.module or "")])
+                    if any(n.split(".")[0] in ("mathrl", "") for n in names):
+                        found.append((path.relative_to(PKG).as_posix(), child.lineno, lines[child.lineno - 1]))
+                walk(child, in_fn or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+        walk(ast.parse(src), False)
+    return found
+
+
+def test_function_level_imports_only_go_down():
+    found = _function_imports()
+    assert len(found) <= MAX_FUNCTION_IMPORTS, (
+        f"{len(found)} imports of mathrl modules inside functions (at most {MAX_FUNCTION_IMPORTS}): import at the "
+        "module top, or if it must stay (cycle, heavy dependency on a light path, a name tests stand in for) "
+        "say why with `# here: <reason>` and raise MAX_FUNCTION_IMPORTS in a reviewed change:\n"
+        + "\n".join(f"  mathrl/{p}:{n}: {line.strip()}" for p, n, line in found))
+    unexplained = [(p, n, line) for p, n, line in found
+                   if p.split("/")[0] in HERE_PACKAGES and p not in HERE_EXEMPT and "# here:" not in line]
+    assert not unexplained, "imports inside functions without a `# here: <reason>` comment:\n" + "\n".join(
+        f"  mathrl/{p}:{n}: {line.strip()}" for p, n, line in unexplained)
