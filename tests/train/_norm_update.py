@@ -45,8 +45,8 @@ from mathrl.config import load_config  # noqa: E402
 from mathrl.data import Problem, render_prompt  # noqa: E402
 from mathrl.models import load_tokenizer  # noqa: E402
 from mathrl.reward.rewards import register_reward  # noqa: E402
-from mathrl.rollout import RolloutEngine, Sample, collate  # noqa: E402
-from mathrl.rollout.batch import select_groups  # noqa: E402
+from mathrl.rollout import Sample, collate  # noqa: E402
+from mathrl.testing.replay import ReplayEngine  # noqa: E402
 from mathrl.dist.collectives import init_distributed  # noqa: E402
 
 G = 4
@@ -100,29 +100,6 @@ def fixed_rollout(tokenizer, template: str):
     batch.validate()
     table = {(str(b), s.text): REWARDS[b][j] for b, group in enumerate(samples) for j, s in enumerate(group)}
     return problems, prompts, batch, table
-
-
-class ReplayEngine(RolloutEngine):
-    """``generate`` answers with the fixed batch's groups of the prompts asked for; weight pushes are
-    consumed (ZeRO-3 gathers each tensor on every rank) and dropped."""
-
-    def __init__(self, recorded, prompts: list[str], tokenizer):
-        self.recorded, self.index = recorded, {p: i for i, p in enumerate(prompts)}
-        self.tokenizer, self.pad_token_id = tokenizer, recorded.pad_token_id
-
-    def generate(self, prompts, n, sampling, on_row=None):
-        assert n == self.recorded.group_size
-        batch = select_groups([self.recorded], [(0, self.index[p]) for p in prompts])
-        if on_row is not None:
-            for row, (text, reason) in enumerate(zip(batch.response_text, batch.finish_reason)):
-                on_row(row, text, reason)
-        return batch
-
-    def update_weights(self, named_tensors):
-        return sum(1 for _ in named_tensors)
-
-    def score(self, prompt_ids, response_ids, temperature=1.0):
-        raise NotImplementedError("the replayed rollout has no model")
 
 
 @contextlib.contextmanager

@@ -34,39 +34,13 @@ import mathrl.train.trainer as trainer_mod  # noqa: E402
 from mathrl.config import load_config  # noqa: E402
 from mathrl.data import load_problems, render_prompt  # noqa: E402
 from mathrl.models import load_tokenizer  # noqa: E402
-from mathrl.rollout import RolloutEngine, SamplingConfig, make_engine  # noqa: E402
-from mathrl.rollout.batch import select_groups  # noqa: E402
+from mathrl.rollout import SamplingConfig, make_engine  # noqa: E402
+from mathrl.testing.replay import ReplayEngine  # noqa: E402
 from mathrl.dist.collectives import init_distributed  # noqa: E402
 from mathrl.train.forward import plan_micro_batches  # noqa: E402
 from mathrl.train.loop import RLMethod  # noqa: E402
 
 G, B, CANDIDATES, MAX_TOKENS = 2, 4, 8, 64
-
-
-class ReplayEngine(RolloutEngine):
-    """The recorded responses of the real hf engine, by prompt; weights and scoring go to that engine."""
-
-    def __init__(self, real, prompts: list[str], recorded):
-        self.real, self.recorded = real, recorded
-        self.index = {p: i for i, p in enumerate(prompts)}
-        self.tokenizer, self.pad_token_id = real.tokenizer, real.pad_token_id
-
-    def generate(self, prompts, n, sampling, on_row=None):
-        assert n == self.recorded.group_size
-        batch = select_groups([self.recorded], [(0, self.index[p]) for p in prompts])
-        if on_row is not None:
-            for row, (text, reason) in enumerate(zip(batch.response_text, batch.finish_reason)):
-                on_row(row, text, reason)
-        return batch
-
-    def update_weights(self, named_tensors):
-        return self.real.update_weights(named_tensors)
-
-    def score(self, prompt_ids, response_ids, temperature=1.0):
-        return self.real.score(prompt_ids, response_ids, temperature)
-
-    def close(self):
-        self.real.close()
 
 
 def rows_of(groups) -> torch.Tensor:
@@ -114,7 +88,7 @@ def main() -> None:
     cfg = load_config(None, overrides + [f"train.micro_batch_tokens={budget}", f"train.output_dir={run_dir}",
                                          "train.steps=1", "train.save_every_minutes=0", "logging.tensorboard=false",
                                          "logging.console=plain"])
-    trainer_mod.make_rollout = lambda cfg, models: ReplayEngine(real, texts, recorded)
+    trainer_mod.make_rollout = lambda cfg, models: ReplayEngine(recorded, texts, real.tokenizer, real=real)
     trainer = trainer_mod.Trainer(cfg, RLMethod(), problems=problems)
     trainer.setup()
     assert cfg.train.micro_batch_tokens == budget, "the memory fit changed the budget: the counts would differ"
