@@ -21,20 +21,21 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from mathrl.eval.metrics import (
-    MAJ_EXACT_SUBSETS, MAJ_RESAMPLES, bootstrap_ci, cluster_answers, maj_at_k, mean, pass_at_k, wilson_interval,
+    bootstrap_ci, cluster_answers, maj_at_k, mean, pass_at_k, wilson_interval,
 )
 from mathrl.eval.records import read_records, write_records
 from mathrl.data.sources import SOURCES
 from mathrl.data.templates import get_template
 from mathrl.eval.records import ChunkJournal, JOURNAL_NAME, generation_key
+from mathrl.eval.settings import EvalSettings
 from mathrl.progress import Progress
 from mathrl.reward import grade_batch
-from mathrl.reward.options import GradeOptions
+from mathrl.reward.api import GradeStream
 
 __all__ = ["EvalSettings", "evaluate_benchmark", "grade_records", "cluster_answers_batch", "summarize",
            "regrade_records", "read_records", "write_records"]
@@ -44,85 +45,6 @@ Log = Callable[[str], None]
 
 def _stderr(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-@dataclass
-class EvalSettings:
-    """What is sampled and how it is scored (recorded in every summary).
-
-    Attributes:
-        n: samples per problem.
-        ks: the k of pass@k and maj@k (each ``<= n``).
-        temperature, top_p, top_k, max_tokens: sampling of the n samples.
-        greedy: also decode one greedy response per problem (temperature 0).
-        seed: base seed; chunk ``j`` samples with seed ``seed + j``.
-        template: prompt template name (:mod:`mathrl.data.templates`).
-        system_prompt: system message for chat templates (None = model default).
-        stop: extra stop strings (the template's own are always added).
-        timeout: verifier timeout per response, seconds.
-        workers: verifier processes (None = the pool's default).
-        rel_tol: relative tolerance for numeric answers (0 = exact); these three
-            are :attr:`grading`, the verifier's options.
-        chunk_rows: most sampled rows (prompts x n) per engine call; bounds
-            memory and gives progress lines. None = 256 for the hf backend (its
-            decode step reads every weight once per step, so on a CPU 256 rows
-            cost little more than 64) and 4096 for vLLM (which schedules a
-            large request list best by itself).
-        maj_resamples, maj_exact_subsets: see :func:`mathrl.eval.metrics.maj_at_k`.
-        ci_resamples, ci_level: bootstrap confidence intervals over problems.
-    """
-
-    n: int = 8
-    ks: tuple[int, ...] = (1, 4, 8)
-    temperature: float = 0.6
-    top_p: float = 0.95
-    top_k: int = -1
-    max_tokens: int = 256
-    greedy: bool = True
-    seed: int = 0
-    template: str = "chat_boxed_oneshot"
-    system_prompt: str | None = None
-    stop: tuple[str, ...] = ()
-    timeout: float = 5.0
-    workers: int | None = None
-    rel_tol: float = 0.0
-    chunk_rows: int | None = None
-    maj_resamples: int = MAJ_RESAMPLES
-    maj_exact_subsets: int = MAJ_EXACT_SUBSETS
-    ci_resamples: int = 2000
-    ci_level: float = 0.95
-
-    def __post_init__(self) -> None:
-        self.ks = tuple(sorted(set(int(k) for k in self.ks)))
-        self.stop = tuple(self.stop)
-        if self.n < 1:
-            raise ValueError(f"n={self.n}: must be >= 1")
-        bad = [k for k in self.ks if not 1 <= k <= self.n]
-        if bad or not self.ks:
-            raise ValueError(f"k={list(self.ks)}: each k must satisfy 1 <= k <= n = {self.n}")
-
-    @classmethod
-    def from_config(cls, cfg, *, top_k: int | None = None) -> "EvalSettings":
-        """The evaluation settings of a :class:`mathrl.config.Config` (``eval.*``, template, seed, and the
-        verifier's :meth:`mathrl.reward.options.GradeOptions.from_config`)."""
-
-        return cls(n=cfg.eval.n, ks=tuple(cfg.eval.k), temperature=cfg.eval.temperature, top_p=cfg.eval.top_p,
-                   top_k=-1 if top_k is None else top_k, max_tokens=cfg.eval.max_tokens, greedy=cfg.eval.greedy,
-                   seed=cfg.train.seed, template=cfg.data.template, system_prompt=cfg.data.system_prompt,
-                   stop=tuple(cfg.rollout.stop), chunk_rows=cfg.eval.chunk_rows,
-                   **asdict(GradeOptions.from_config(cfg)))
-
-    @property
-    def grading(self) -> GradeOptions:
-        """The verifier's options (``timeout``, ``rel_tol``, ``workers``), checked."""
-
-        return GradeOptions(timeout=self.timeout, rel_tol=self.rel_tol, workers=self.workers)
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["ks"] = list(self.ks)
-        d["stop"] = list(self.stop)
-        return d
 
 
 # --------------------------------------------------------------------------- generation
@@ -163,8 +85,16 @@ def chunk_bounds(n_problems: int, settings: EvalSettings, engine=None, *, world:
 
 
 def generate_records(engine, problems: Sequence, settings: EvalSettings, *, name: str = "",
-                     log: Log = _stderr, part: tuple[int, int] = (0, 1), journal=None) -> list[dict]:
-    """Sample (and greedy-decode) every problem; return ungraded per-problem records.
+                     log: Log = _stderr, part: tuple[int, int] = (0, 1), journal=None,
+                     stream: bool = False) -> list[dict]:
+    """Sample (and greedy-decode) every problem; return per-problem records, ungraded, or with every
+    sample's verdict when ``stream``.
+
+    ``stream``: grade each response while the engine generates the rest (a
+    :class:`mathrl.reward.GradeStream` fed by the engine's ``on_row``; verdicts equal
+    :func:`mathrl.reward.grade_batch`'s with the settings' grading options, by construction), so the
+    verifier's processes use the cores the engine leaves idle instead of running after it; a chunk's
+    sampled rows finish grading while its greedy rows generate.
 
     ``part = (rank, world)``: generate only the chunks ``j`` with ``j % world == rank`` (in chunk
     order); :func:`assemble_parts` puts the ranks' records back in problem order.
@@ -197,12 +127,18 @@ def generate_records(engine, problems: Sequence, settings: EvalSettings, *, name
         chunk_prompts = prompts[start:end]
         sp = SamplingConfig(temperature=settings.temperature, top_p=settings.top_p, top_k=settings.top_k,
                             max_tokens=settings.max_tokens, stop=stop, seed=settings.seed + j)
-        sampled = _sample_records(engine.generate(chunk_prompts, settings.n, sp), settings.n)
+        golds = [p.gold for p in chunk]
+        sampled_stream = _grade_stream(stream, golds, settings.n, settings)
+        sampled = _sample_records(engine.generate(chunk_prompts, settings.n, sp, on_row=_feeder(sampled_stream)),
+                                  settings.n)
         greedy: list[list[dict]] | None = None
         if settings.greedy:
             gp = SamplingConfig(temperature=0.0, top_p=1.0, top_k=-1, max_tokens=settings.max_tokens, stop=stop,
                                 seed=settings.seed + j)
-            greedy = _sample_records(engine.generate(chunk_prompts, 1, gp), 1)
+            greedy_stream = _grade_stream(stream, golds, 1, settings)
+            greedy = _sample_records(engine.generate(chunk_prompts, 1, gp, on_row=_feeder(greedy_stream)), 1)
+            _take_grades(greedy_stream, greedy)
+        _take_grades(sampled_stream, sampled)
         chunk_records = []
         for i, p in enumerate(chunk):
             rec = {"id": p.id, "source": p.source, "question": p.question, "gold": p.gold,
@@ -221,6 +157,24 @@ def generate_records(engine, problems: Sequence, settings: EvalSettings, *, name
                 + (f" on rank {rank} of {world}" if world > 1 else ""))
     bar.close()
     return records
+
+
+def _grade_stream(stream: bool, golds: list[str], n: int, settings: EvalSettings):
+    return GradeStream([g for g in golds for _ in range(n)], settings.grading) if stream else None
+
+
+def _feeder(stream):
+    return None if stream is None else (lambda row, text, reason: stream.put(row, text, reason == "length"))
+
+
+def _take_grades(stream, rows: list[list[dict]]) -> None:
+    """Write the verdicts of ``stream`` (fed while ``rows`` were generated) into the rows."""
+    if stream is None:
+        return
+    flat = [r for group in rows for r in group]
+    grades = stream.finish([r["text"] for r in flat], [r["finish_reason"] == "length" for r in flat])
+    for row, g in zip(flat, grades):
+        row["extracted"], row["correct"], row["reason"] = g.extracted, bool(g.correct), g.reason
 
 
 def assemble_parts(parts: Sequence[Sequence[dict]], bounds: Sequence[tuple[int, int]]) -> list[dict]:
@@ -256,13 +210,16 @@ def grade_records(records: list[dict], settings: EvalSettings, grader=None) -> l
 
     ``grader(responses, golds, truncated) -> list[Grade]`` defaults to
     :func:`mathrl.reward.grade_batch` with the settings' grading options (:attr:`EvalSettings.grading`).
-    A response with finish reason ``length`` is graded as truncated.
+    A response with finish reason ``length`` is graded as truncated. Rows that already carry a verdict
+    (graded while they were generated, :func:`generate_records` with ``stream``) keep it.
     """
     grader = grader or _default_grader(settings)
     texts, golds, truncs, slots = [], [], [], []
     for rec in records:
         rows = rec["samples"] + ([rec["greedy"]] if "greedy" in rec else [])
         for row in rows:
+            if "correct" in row:
+                continue
             texts.append(row["text"])
             golds.append(rec["gold"])
             truncs.append(row["finish_reason"] == "length")
@@ -479,7 +436,8 @@ def evaluate_benchmark(engine, problems: Sequence, settings: EvalSettings, *, na
         key = generation_key(problems, settings.to_dict(), chunk_bounds(len(problems), settings, engine), model,
                              type(engine).__name__)
         journal = ChunkJournal(Path(out_dir) / name / JOURNAL_NAME, key, resume=resume)
-    records = generate_records(engine, problems, settings, name=name, log=log, part=part, journal=journal)
+    records = generate_records(engine, problems, settings, name=name, log=log, part=part, journal=journal,
+                               stream=grader is None)
     t_gen = time.time() - t0
     grade_records(records, settings, grader)
     if part[1] > 1:
