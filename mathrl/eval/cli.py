@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mathrl eval",
         description="Evaluate a model on math benchmarks: greedy accuracy, unbiased pass@k, maj@k (answers "
                     "grouped by verified equivalence), lengths and truncation, with bootstrap intervals. "
-                    "Writes summary.json, report.md, PNG plots and per-problem samples.jsonl.",
+                    "Writes summary.json, report.md, PNG plots and per-problem samples.jsonl.gz.",
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("Settings")[0].split("Modes::")[1])
     p.add_argument("overrides", nargs="*", help="config overrides key.sub=value (e.g. eval.n=16 rollout.backend=hf)")
     p.add_argument("--config", help="YAML recipe (model, held-out data, eval sampling), e.g. configs/demo.yaml")

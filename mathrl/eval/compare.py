@@ -16,9 +16,9 @@ from pathlib import Path
 from mathrl.config import ConfigError
 from mathrl.eval.metrics import paired_bootstrap_diff
 from mathrl.eval.report import load_summary, md_table, pct, pyplot
-from mathrl.eval.runner import EvalSettings, per_problem_scores, read_records
+from mathrl.eval.runner import EvalSettings, per_problem_scores, read_records, samples_path
 
-__all__ = ["compare_runs", "compare_summaries", "per_problem"]
+__all__ = ["compare_markdown", "compare_runs", "compare_summaries", "format_ci", "per_problem"]
 
 
 def _settings(summary: dict):
@@ -29,7 +29,7 @@ def _settings(summary: dict):
 
 def _per_problem(run_dir: Path, summary: dict, bench: str) -> dict[str, dict[str, float]] | None:
 
-    path = run_dir / bench / "samples.jsonl"
+    path = samples_path(run_dir / bench)
     if not path.is_file():
         return None
     settings = _settings(summary)
@@ -38,7 +38,7 @@ def _per_problem(run_dir: Path, summary: dict, bench: str) -> dict[str, dict[str
 
 def per_problem(run_dir: str | Path, bench: str | None = None) -> dict[str, dict[str, float]]:
     """The per-problem metric values (problem id -> {metric: value}) of a finished evaluation folder:
-    its ``summary.json`` settings and ``<bench>/samples.jsonl`` (``bench`` None: its only benchmark)."""
+    its ``summary.json`` settings and ``<bench>/samples.jsonl.gz`` (``bench`` None: its only benchmark)."""
     run_dir = Path(run_dir)
     try:
         summary = json.loads((run_dir / "summary.json").read_text())
@@ -50,7 +50,7 @@ def per_problem(run_dir: str | Path, bench: str | None = None) -> dict[str, dict
         (bench,) = summary["benchmarks"]
     scores = _per_problem(run_dir, summary, bench)
     if scores is None:
-        raise ConfigError(f"{run_dir}/{bench}/samples.jsonl: not found (per-problem samples are needed for a paired "
+        raise ConfigError(f"{samples_path(run_dir / bench)}: not found (per-problem samples are needed for a paired "
                           "comparison)")
     return scores
 
@@ -98,7 +98,8 @@ def compare_summaries(a: dict, b: dict, dir_a: Path | None = None, dir_b: Path |
     return out
 
 
-def _fmt_ci(v, ci) -> str:
+def format_ci(v, ci) -> str:
+    """A value and its interval in %, as the comparison prints them: ``2.4 [1.6, 3.2]``."""
 
     return f"{pct(v)} [{pct(ci[0])}, {pct(ci[1])}]" if ci else pct(v)
 
@@ -109,13 +110,20 @@ def _rows(cmp: dict) -> tuple[list[str], list[list[str]]]:
     for bench, b in cmp["benchmarks"].items():
         for metric, r in b["metrics"].items():
             ci = r.get("diff_ci")
-            rows.append([bench, metric, _fmt_ci(r["a"], r["a_ci"]), _fmt_ci(r["b"], r["b_ci"]),
+            rows.append([bench, metric, format_ci(r["a"], r["a_ci"]), format_ci(r["b"], r["b_ci"]),
                          f"{100 * r['diff']:+.1f}",
                          f"[{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]" if ci else "unpaired",
                          f"{r['p_b_le_a']:.3f}" if "p_b_le_a" in r else "-"])
         rows.append([bench, "mean len", f"{b['mean_length'][0]:.1f}", f"{b['mean_length'][1]:.1f}",
                      f"{b['mean_length'][1] - b['mean_length'][0]:+.1f}", "", ""])
     return header, rows
+
+
+def compare_markdown(cmp: dict, run_a, run_b) -> str:
+    """``compare.md``: the two models, their folders and the table."""
+    header, rows = _rows(cmp)
+    return (f"# Comparison\n\n- A: `{cmp['a']['model']}` ({run_a})\n- B: `{cmp['b']['model']}` ({run_b})\n\n"
+            f"{md_table(header, rows)}\n")
 
 
 def format_compare(cmp: dict) -> str:
@@ -179,9 +187,7 @@ def compare_runs(run_a: str | Path, run_b: str | Path, *, out_dir: str | Path | 
     out = Path(out_dir) if out_dir else run_b / "compare"
     out.mkdir(parents=True, exist_ok=True)
     (out / "compare.json").write_text(json.dumps(cmp, indent=2) + "\n")
-    header, rows = _rows(cmp)
-    (out / "compare.md").write_text(f"# Comparison\n\n- A: `{cmp['a']['model']}` ({run_a})\n- B: "
-                                    f"`{cmp['b']['model']}` ({run_b})\n\n{md_table(header, rows)}\n")
+    (out / "compare.md").write_text(compare_markdown(cmp, run_a, run_b))
     _plot(out / "compare.png", cmp)
     print(format_compare(cmp))
     print(f"\nwrote {out}/compare.json, compare.md, compare.png")

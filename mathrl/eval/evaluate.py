@@ -10,7 +10,7 @@ from pathlib import Path
 
 from mathrl.config import ConfigError
 from mathrl.eval.report import format_table, write_report, write_summary
-from mathrl.eval.runner import EvalSettings, evaluate_benchmark
+from mathrl.eval.runner import EvalSettings, evaluate_benchmark, samples_path
 
 
 def _log(msg: str) -> None:
@@ -79,7 +79,7 @@ def _finished(out_dir: Path, model_spec: str, settings, sets) -> dict:
         return {}
     sizes = {name: len(problems) for name, problems in sets}
     return {name: s for name, s in (old.get("benchmarks") or {}).items()
-            if (out_dir / name / "samples.jsonl").is_file() and s.get("problems") == sizes.get(name)}
+            if samples_path(out_dir / name).is_file() and s.get("problems") == sizes.get(name)}
 
 
 def evaluate_model(cfg, sets, out_dir: Path, *, model_spec: str, command: str, top_k: int | None = None,
@@ -130,5 +130,5 @@ def _evaluate_into(cfg, sets, out_dir: Path, settings, *, model_spec: str, comma
     print(format_table(summary))
     print(f"\nwrote {paths['summary']}, {paths['markdown']}" +
           (f", {', '.join(Path(p).name for p in paths['plots'])}" if paths["plots"] else "") +
-          f" and per-problem samples under {out_dir}/<benchmark>/samples.jsonl ({summary['seconds']:.0f} s)")
+          f" and per-problem samples under {out_dir}/<benchmark>/samples.jsonl.gz ({summary['seconds']:.0f} s)")
     return summary

@@ -1,4 +1,5 @@
-"""Evaluation records on disk: ``samples.jsonl`` (:func:`write_records`, :func:`read_records`) and the
+"""Evaluation records on disk: ``samples.jsonl.gz`` (:func:`write_records`, :func:`read_records`,
+:func:`samples_path`) and the
 journal of the finished generation chunks of one benchmark (:class:`ChunkJournal`), which makes a long
 evaluation resumable.
 
@@ -8,7 +9,12 @@ seed ``seed + j``); after each chunk its ungraded records are appended to
 ``<out>/<benchmark>/generated.partial.jsonl`` and flushed to disk. ``mathrl eval ... --out DIR
 --resume`` reads the journal back and generates only the chunks it lacks, so a killed evaluation loses
 at most one chunk, and the records of a resumed run are those of an uninterrupted one (same chunks,
-same seeds). The journal is removed once ``samples.jsonl`` is written.
+same seeds). The journal is removed once ``samples.jsonl.gz`` is written.
+
+The per-problem samples are written gzip-compressed (``samples.jsonl.gz``, about a tenth of the text):
+they are what every recorded figure is recomputed from (``scripts/check_results.py``), so they are kept
+beside ``summary.json`` and small enough to commit. Folders written before hold ``samples.jsonl``;
+:func:`samples_path` finds either and :func:`read_records` reads both.
 
 The journal's first line is a key: the model, the engine, the problems (count and a hash of their ids
 and golds), the generation settings and the chunk bounds. Resuming with a different key is refused
@@ -18,17 +24,31 @@ A line cut short by a kill (the last one) is dropped and its chunk generated aga
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import io
 import json
 import os
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from mathrl.config import ConfigError
 
-__all__ = ["ChunkJournal", "JOURNAL_NAME", "generation_key", "read_records", "write_records"]
+__all__ = ["ChunkJournal", "JOURNAL_NAME", "SAMPLES_NAME", "generation_key", "read_records", "samples_path",
+           "write_records"]
 
 JOURNAL_NAME = "generated.partial.jsonl"
+SAMPLES_NAME = "samples.jsonl.gz"  # what an evaluation writes; "samples.jsonl" (uncompressed) is read too
+_PLAIN_NAME = "samples.jsonl"
+
+
+def samples_path(bench_dir: str | Path) -> Path:
+    """The per-problem samples file of one benchmark folder: ``samples.jsonl.gz``, or ``samples.jsonl`` where
+    only that exists (a folder written before the samples were compressed); the ``.gz`` name when neither does."""
+    bench_dir = Path(bench_dir)
+    gz, plain = bench_dir / SAMPLES_NAME, bench_dir / _PLAIN_NAME
+    return plain if plain.is_file() and not gz.is_file() else gz
 
 # the settings that change what is generated (grading settings do not: records are journalled ungraded)
 _GENERATION_FIELDS = ("n", "temperature", "top_p", "top_k", "max_tokens", "greedy", "seed", "template",
@@ -127,12 +147,26 @@ class ChunkJournal:
         self.path.unlink(missing_ok=True)
 
 
+@contextmanager
+def _open_text(path: Path, mode: str):
+    """A text file of ``path`` for "r" or "w", gzip when the name ends in ``.gz`` (written with mtime 0 and no
+    name in the header: the same records give the same bytes)."""
+    if not path.name.endswith(".gz"):
+        with path.open(mode, encoding="utf-8") as fh:
+            yield fh
+        return
+    with open(path, mode + "b") as raw, gzip.GzipFile(filename="", mode=mode + "b", fileobj=raw, mtime=0) as gz, \
+            io.TextIOWrapper(gz, encoding="utf-8") as fh:
+        yield fh
+
+
 def write_records(path: str | Path, records: Iterable[dict]) -> Path:
-    """One JSON object per line (written to a temporary name, then renamed)."""
+    """One JSON object per line, gzip-compressed when the name ends in ``.gz`` (written to a temporary name,
+    then renamed)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
+    tmp = path.with_name(path.name + ".tmp" + (".gz" if path.name.endswith(".gz") else ""))
+    with _open_text(tmp, "w") as fh:
         for rec in records:
             fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
     tmp.replace(path)
@@ -140,10 +174,10 @@ def write_records(path: str | Path, records: Iterable[dict]) -> Path:
 
 
 def read_records(path: str | Path) -> list[dict]:
-    """Read a ``samples.jsonl`` written by :func:`write_records`."""
+    """Read a ``samples.jsonl(.gz)`` written by :func:`write_records`."""
     path = Path(path)
     out = []
-    with path.open(encoding="utf-8") as fh:
+    with _open_text(path, "r") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue

@@ -7,7 +7,7 @@ Run folder layout (written by ``mathrl eval``)::
     <out>/pass_at_k.png         pass@k vs k (one line per benchmark)
     <out>/maj_at_k.png          maj@k vs k
     <out>/accuracy_by_level.png pass@1 / greedy per level (benchmarks with levels)
-    <out>/<benchmark>/samples.jsonl  one record per problem (every sample, extracted answer, verdict)
+    <out>/<benchmark>/samples.jsonl.gz  one record per problem, gzip (every sample, extracted answer, verdict)
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 from mathrl.eval.metrics import (
     bootstrap_ci, cluster_answers, maj_at_k, mean, pass_at_k, wilson_interval,
 )
-from mathrl.eval.records import read_records, write_records
+from mathrl.eval.records import SAMPLES_NAME, read_records, samples_path, write_records
 from mathrl.data.sources import SOURCES
 from mathrl.data.templates import get_template
 from mathrl.eval.records import ChunkJournal, JOURNAL_NAME, generation_key
@@ -38,7 +38,7 @@ from mathrl.reward import grade_batch
 from mathrl.reward.api import GradeStream
 
 __all__ = ["EvalSettings", "evaluate_benchmark", "grade_records", "cluster_answers_batch", "summarize",
-           "regrade_records", "read_records", "write_records"]
+           "regrade_records", "read_records", "samples_path", "write_records"]
 
 Log = Callable[[str], None]
 
@@ -415,7 +415,7 @@ def evaluate_benchmark(engine, problems: Sequence, settings: EvalSettings, *, na
                        out_dir: str | Path | None = None, grader=None, log: Log = _stderr,
                        part: tuple[int, int] = (0, 1), gather=None, resume: bool = False,
                        model: str | None = None) -> BenchmarkResult:
-    """Generate, grade and summarise one benchmark; write ``<out_dir>/<name>/samples.jsonl``.
+    """Generate, grade and summarise one benchmark; write ``<out_dir>/<name>/samples.jsonl.gz``.
 
     Split over ranks: ``part = (rank, world)`` and ``gather(obj) -> [obj of rank 0, 1, ...]`` (an
     all-gather, called once on every rank). Each rank generates and grades its chunks, the graded
@@ -445,7 +445,8 @@ def evaluate_benchmark(engine, problems: Sequence, settings: EvalSettings, *, na
     summary = summarize(records, settings, name=name)
     summary["seconds"] = {"generate": round(t_gen, 2), "total": round(time.time() - t0, 2)}
     if out_dir is not None:
-        write_records(Path(out_dir) / name / "samples.jsonl", records)
+        write_records(Path(out_dir) / name / SAMPLES_NAME, records)
+        (Path(out_dir) / name / "samples.jsonl").unlink(missing_ok=True)  # an older run's, into the same folder
     if journal is not None:
         journal.finish()
     return BenchmarkResult(name=name, summary=summary, records=records, seconds=time.time() - t0)

@@ -11,7 +11,7 @@ from typing import Callable
 from mathrl.config import ConfigError
 from mathrl.eval.evaluate import evaluate_model, settings_from_config
 from mathrl.eval.report import format_table, load_summary, pct, pyplot, write_report
-from mathrl.eval.runner import EvalSettings, read_records, regrade_records, summarize, write_records
+from mathrl.eval.runner import EvalSettings, read_records, regrade_records, samples_path, summarize, write_records
 
 __all__ = ["find_checkpoints", "evaluate_series", "series_table", "write_series_plot", "regrade_run"]
 
@@ -166,7 +166,7 @@ def write_series_plot(path: Path, series: dict) -> Path:
 
 
 def regrade_run(run_dir: Path, *, grader=None, log=_log) -> dict:
-    """Grade the saved ``samples.jsonl`` of an evaluation folder again and rewrite its reports."""
+    """Grade the saved ``samples.jsonl.gz`` of an evaluation folder again and rewrite its reports."""
 
     try:
         summary = load_summary(run_dir)
@@ -175,7 +175,7 @@ def regrade_run(run_dir: Path, *, grader=None, log=_log) -> dict:
     settings = EvalSettings(**{**summary["settings"], "ks": tuple(summary["settings"]["ks"]),
                                "stop": tuple(summary["settings"]["stop"])})
     for name in summary["benchmarks"]:
-        path = run_dir / name / "samples.jsonl"
+        path = samples_path(run_dir / name)
         if not path.is_file():
             raise ConfigError(f"--regrade: {path} is missing")
         records = regrade_records(read_records(path), settings, grader)

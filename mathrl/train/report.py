@@ -19,7 +19,7 @@ def evaluate(rollout, problems, cfg: Config, *, out_dir: Path | None = None,
     accuracy, pass@k and maj@k over ``eval.n`` samples, plus the format metrics of the demo.
 
     ``greedy_boxed`` is the strict score: greedy answer correct *and* written in ``\\boxed{}``.
-    Per-sample records go to ``out_dir/heldout/samples.jsonl`` and ``out_dir`` becomes an evaluation
+    Per-sample records go to ``out_dir/heldout/samples.jsonl.gz`` and ``out_dir`` becomes an evaluation
     folder (``summary.json``, ``report.md``, plots) as ``mathrl eval`` writes it, when ``out_dir`` is given
     (pass it on the main rank only). With ``dist`` of several ranks every rank generates and grades its share of
     the chunks, the graded records are all-gathered and every rank returns the same metrics (no rank
@@ -39,14 +39,21 @@ def evaluate(rollout, problems, cfg: Config, *, out_dir: Path | None = None,
             "command": "mathrl train (held-out evaluation during training)", "backend": type(rollout).__name__,
             "settings": settings.to_dict(), "benchmarks": {"heldout": res.summary},
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(t0)), "seconds": round(time.time() - t0, 1)})
-    out = {k: float(v["value"]) for k, v in res.summary["metrics"].items()}
-    samples = [s for r in res.records for s in r["samples"]]
+    return heldout_metrics(res.summary, res.records)
+
+
+def heldout_metrics(summary: dict, records: list[dict]) -> dict[str, float]:
+    """The run's held-out figures from one benchmark's summary and its graded records: the metrics, the
+    share of samples with a ``\\boxed{}`` answer, ``greedy_boxed`` (greedy correct *and* boxed), the mean
+    length and the truncation rate (what the metrics log, ``summary.md`` and the console show)."""
+    out = {k: float(v["value"]) for k, v in summary["metrics"].items()}
+    samples = [s for r in records for s in r["samples"]]
     out["boxed_rate"] = sum("\\boxed" in s["text"] for s in samples) / len(samples)
-    if settings.greedy:
+    if records and all("greedy" in r for r in records):
         out["greedy_boxed"] = sum(bool(r["greedy"].get("correct")) and "\\boxed" in r["greedy"]["text"]
-                                  for r in res.records) / len(res.records)
-    out["length_mean"] = float(res.summary["mean_length"])
-    out["truncation_rate"] = float(res.summary["truncation_rate"])
+                                  for r in records) / len(records)
+    out["length_mean"] = float(summary["mean_length"])
+    out["truncation_rate"] = float(summary["truncation_rate"])
     return out
 
 
@@ -84,6 +91,15 @@ def plot_rewards(history: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def before_after_table(before: dict, after: dict) -> str:
+    """The held-out table of ``summary.md`` and the console: one row per metric, three decimals."""
+    lines = ["| metric | before | after |", "|---|---|---|"]
+    for k in (after or before):
+        b, a_ = before.get(k), after.get(k)
+        lines.append(f"| {k} | {'' if b is None else f'{b:.3f}'} | {'' if a_ is None else f'{a_:.3f}'} |")
+    return "\n".join(lines)
+
+
 def write_report(out: Path, before: dict, after: dict) -> None:
     """``reward_curve.png`` and ``summary.md`` (held-out metrics before / after). A resumed run evaluated
     "before" in an earlier process: then the step-0 evaluation row of the metrics log is the column."""
@@ -96,12 +112,7 @@ def write_report(out: Path, before: dict, after: dict) -> None:
     if history:
         plot_rewards(history, out / "reward_curve.png")
     if before or after:
-        keys = [k for k in (after or before)]
-        lines = ["| metric | before | after |", "|---|---|---|"]
-        for k in keys:
-            b, a_ = before.get(k), after.get(k)
-            lines.append(f"| {k} | {'' if b is None else f'{b:.3f}'} | {'' if a_ is None else f'{a_:.3f}'} |")
-        table = "\n".join(lines)
+        table = before_after_table(before, after)
         (out / "summary.md").write_text(table + "\n")
         print("\nHeld-out evaluation before and after training:\n" + table, flush=True)
     if history:

@@ -9,6 +9,7 @@ import pytest
 
 from mathrl.cli import main as mathrl_main
 from mathrl.config import ConfigError, load_config
+from mathrl.eval.records import read_records
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -40,7 +41,7 @@ def test_gsm8k_20_problems_end_to_end(tiny_dir, shared_data, tmp_path, capsys):
     assert g["truncation_rate"] == 1.0 and g["mean_length"] == 6.0
     for name in ("report.md", "pass_at_k.png", "maj_at_k.png"):
         assert (out / name).stat().st_size > 0, name
-    recs = [json.loads(line) for line in (out / "gsm8k" / "samples.jsonl").read_text().splitlines()]
+    recs = read_records(out / "gsm8k" / "samples.jsonl.gz")
     assert len(recs) == 20 and recs[0]["id"] == "gsm8k/test/0"
     assert recs[0]["gold"] == "18"  # GSM8K test row 0: Janet's ducks
     s0 = recs[0]["samples"][0]
@@ -77,7 +78,7 @@ def test_config_mode_uses_heldout_synthetic_set_and_series(tiny_dir, tmp_path, c
     assert (out / "series.png").stat().st_size > 0
     sub = json.loads((out / "step_000001" / "summary.json").read_text())
     assert sub["benchmarks"]["synthetic"]["problems"] == 2 and "greedy" not in sub["benchmarks"]["synthetic"]["metrics"]
-    ids = [json.loads(line)["id"] for line in (out / "step_000001" / "synthetic" / "samples.jsonl").open()]
+    ids = [r["id"] for r in read_records(out / "step_000001" / "synthetic" / "samples.jsonl.gz")]
     assert all(i.startswith("synthetic/test/") for i in ids)
 
 
@@ -182,7 +183,7 @@ def test_your_own_file_is_a_benchmark(tiny_dir, tmp_path, capsys):
     assert rc == 0, capsys.readouterr().err[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["benchmarks"]["jsonl"]["problems"] == 3
-    golds = [json.loads(line)["gold"] for line in (out / "jsonl" / "samples.jsonl").read_text().splitlines()]
+    golds = [r["gold"] for r in read_records(out / "jsonl" / "samples.jsonl.gz")]
     assert golds == ["1", "2", "3"]
     assert mathrl_main(["eval", "--model", str(tiny_dir), "--benchmarks", "jsonl"]) == 2
     assert "give your file as jsonl=FILE" in capsys.readouterr().err

@@ -64,7 +64,7 @@ def test_killed_evaluation_resumes_from_its_journal(tiny_dir, shared_data, tmp_p
     ref = CountingEngine(real)
     evaluate_model(cfg, sets, tmp_path / "ref", model_spec=str(tiny_dir), command="t", engine=ref)
     assert ref.calls == 12  # 6 chunks x (sampled + greedy)
-    assert not (tmp_path / "ref" / "gsm8k" / JOURNAL_NAME).exists()  # removed once samples.jsonl is written
+    assert not (tmp_path / "ref" / "gsm8k" / JOURNAL_NAME).exists()  # removed once samples.jsonl.gz is written
 
     out = tmp_path / "run"
     dying = CountingEngine(real, die_at=8)  # killed in chunk 3's sampling: chunks 0-2 are journalled
@@ -80,7 +80,7 @@ def test_killed_evaluation_resumes_from_its_journal(tiny_dir, shared_data, tmp_p
     summary = evaluate_model(cfg, sets, out, model_spec=str(tiny_dir), command="t", engine=again, resume=True)
     assert again.calls == 6  # only chunks 3, 4, 5
     assert summary["benchmarks"]["gsm8k"]["problems"] == 12
-    assert _texts(out / "gsm8k" / "samples.jsonl") == _texts(tmp_path / "ref" / "gsm8k" / "samples.jsonl")
+    assert _texts(out / "gsm8k" / "samples.jsonl.gz") == _texts(tmp_path / "ref" / "gsm8k" / "samples.jsonl.gz")
     assert not journal.exists()
 
     # a finished benchmark is not evaluated again on --resume ...

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,11 @@ from mathrl.train.metrics import read_metrics
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 SCRIPT = Path(__file__).with_name("_dist_eval.py")
+
+
+def _text(path: Path) -> str:
+    """The per-problem samples an evaluation wrote (gzip)."""
+    return gzip.decompress(path.read_bytes()).decode()
 
 
 def launch(model_dir: Path, out: Path, ws: int, steps: int, *extra: str, timeout: int = 400):
@@ -51,10 +57,10 @@ def runs(tiny_model_dir, tmp_path_factory):
 
 def test_split_evaluation_equals_one_process(runs):
     one, two = runs
-    before = "eval/step_000000/heldout/samples.jsonl"
-    text = (one / before).read_text()
+    before = "eval/step_000000/heldout/samples.jsonl.gz"
+    text = _text(one / before)
     assert len(text.splitlines()) == 7  # every problem, in order (4 chunks: ranks 0, 1, 0, 1)
-    assert (two / before).read_text() == text
+    assert _text(two / before) == text
     ev1, ev2 = _eval_events(one), _eval_events(two)
     assert [e["step"] for e in ev2] == [0, 1] and ev2[0] == ev1[0]
     assert "pass@2" in ev2[0] and "greedy" in ev2[0]
@@ -119,9 +125,9 @@ def test_zero3_hf_engine_generates_with_the_gathered_module(tiny_model_dir, tmp_
         assert calls and set(calls) == {"True"}, (r, calls)
     shares = [(z3 / f"generated_rank{r}.txt").read_text().splitlines()[0].split() for r in (0, 1)]
     assert [len(s) for s in shares] == [3, 2], shares  # rank 0: chunks 1 and 3; rank 1: chunk 2
-    before = "eval/step_000000/heldout/samples.jsonl"
-    assert (z3 / before).read_text() == (z2 / before).read_text()
-    assert len((z3 / before).read_text().splitlines()) == 5
+    before = "eval/step_000000/heldout/samples.jsonl.gz"
+    assert _text(z3 / before) == _text(z2 / before)
+    assert len(_text(z3 / before).splitlines()) == 5
     first = [m for m in read_metrics(z3 / "metrics.jsonl") if m.get("step") == 1 and "event" not in m]
     ref = [m for m in read_metrics(z2 / "metrics.jsonl") if m.get("step") == 1 and "event" not in m]
     for key in ("reward/mean", "response/length_mean", "response/length_max"):

@@ -56,7 +56,7 @@ def test_the_trainers_evaluations_are_evaluation_folders(tiny_model_dir, tmp_pat
     for folder in (before, after):
         summary = json.loads((folder / "summary.json").read_text())
         assert summary["benchmarks"]["heldout"]["problems"] == 5 and summary["settings"]["n"] == 2
-        assert (folder / "report.md").is_file() and (folder / "heldout" / "samples.jsonl").is_file()
+        assert (folder / "report.md").is_file() and (folder / "heldout" / "samples.jsonl.gz").is_file()
     assert "to step 2" in json.loads((after / "summary.json").read_text())["model"]
     capsys.readouterr()
     assert eval_main(["--compare", str(before), str(after), "--out", str(tmp_path / "cmp")]) == 0

@@ -52,7 +52,7 @@ def test_grpo_e2e_with_verifier(tiny_model_dir, tmp_path, capsys):
     # before training, then every step (eval.every=1); the last periodic one doubles as the final one
     assert [e["step"] for e in evals] == [0, 1, 2]
     assert all("pass@1" in e and "pass@2" in e and "maj@2" in e and "greedy" in e for e in evals)
-    assert (out / "eval" / "step_000001" / "heldout" / "samples.jsonl").is_file()
+    assert (out / "eval" / "step_000001" / "heldout" / "samples.jsonl.gz").is_file()
     (step, folder), = ckpt.list_checkpoints(out)
     assert step == 2 and (folder / "policy" / "config.json").is_file()
     from transformers import AutoModelForCausalLM
