@@ -1,0 +1,115 @@
+"""``scripts/check_results.py`` (issue 40): every recorded evaluation figure of README and docs/results/
+recomputes from the kept per-problem samples, and the check fails when a sample, a printed figure, a
+kept file or a withdrawal note changes (negative controls on copies: ``--root``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from mathrl.eval.records import read_records, write_records
+
+ROOT = Path(__file__).resolve().parents[2]
+GSM_B = "docs/results/wordproblems_cpu/eval_step40_gsm8k"
+DEMO_B = "docs/results/demo/eval/step_000012"
+
+
+def _checker():
+    if "check_results" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("check_results", ROOT / "scripts" / "check_results.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["check_results"] = mod  # its dataclass looks its module up
+        spec.loader.exec_module(mod)
+    return sys.modules["check_results"]
+
+
+def run(root: Path) -> tuple[int, list[str]]:
+    lines: list[str] = []
+    rc = _checker().check(root, out=lines.append)
+    return rc, lines
+
+
+def test_every_recorded_figure_recomputes_from_the_kept_samples():
+    rc, lines = run(ROOT)
+    assert rc == 0, "\n".join(line for line in lines if not line.startswith(("ok", "withdrawn")))
+    assert sum(line.startswith("ok") for line in lines) >= 50
+    assert any("GSM8K row greedy" in line for line in lines) and any("demo --compare" in line for line in lines)
+
+
+@pytest.fixture
+def copy(tmp_path) -> Path:
+    """The files the check reads: README and docs/results/."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    shutil.copy(ROOT / "README.md", root / "README.md")
+    shutil.copytree(ROOT / "docs" / "results", root / "docs" / "results")
+    return root
+
+
+def _failures(root: Path) -> list[str]:
+    rc, lines = run(root)
+    bad = [line for line in lines if line.startswith(("MISMATCH", "NO DATA"))]
+    assert rc == 1 and bad, lines[-1]
+    return bad
+
+
+@pytest.mark.slow
+def test_one_flipped_sample_fails_the_figures_it_enters(copy):
+    path = copy / GSM_B / "gsm8k" / "samples.jsonl.gz"
+    recs = read_records(path)
+    rec = next(r for r in recs if r["greedy"].get("correct"))
+    rec["greedy"]["correct"] = False  # one problem's greedy answer graded wrong
+    write_records(path, recs)
+    bad = _failures(copy)
+    assert any("README.md: GSM8K row greedy" in line for line in bad), bad
+    assert any("eval_step40_gsm8k/summary.json" in line for line in bad), bad
+    assert any("compare_gsm8k/compare.md" in line for line in bad), bad
+    assert not any("row pass@4" in line.splitlines()[0] for line in bad), bad  # a greedy flip leaves pass@4
+
+
+@pytest.mark.slow
+def test_one_edited_readme_figure_fails(copy):
+    text = (copy / "README.md").read_text(encoding="utf-8")
+    old = "| greedy | 2.4 [1.6, 3.2] | 2.0 [1.3, 2.8] | -0.3 [-1.4, +0.8] |"
+    assert text.count(old) == 1
+    (copy / "README.md").write_text(text.replace(old, old.replace("2.0 [1.3", "2.1 [1.3")), encoding="utf-8")
+    bad = _failures(copy)
+    assert len(bad) == 1 and "README.md: GSM8K row greedy" in bad[0], bad
+
+
+@pytest.mark.slow
+def test_a_demo_sample_flipped_fails_the_demo_table(copy):
+    path = copy / DEMO_B / "heldout" / "samples.jsonl.gz"
+    recs = read_records(path)
+    recs[0]["samples"][0]["text"] = "no answer at all"  # one sample loses its \boxed{}
+    write_records(path, recs)
+    bad = _failures(copy)
+    assert any("demo before/after row boxed_rate" in line for line in bad), bad
+
+
+@pytest.mark.slow
+def test_missing_samples_an_unlisted_result_or_a_lost_withdrawal_note_fail(copy):
+    (copy / GSM_B / "gsm8k" / "samples.jsonl.gz").unlink()
+    bad = _failures(copy)
+    assert any(line.startswith("NO DATA") and "eval_step40_gsm8k" in line for line in bad), bad
+
+    shutil.copytree(ROOT / GSM_B, copy / GSM_B, dirs_exist_ok=True)
+    new = copy / "docs" / "results" / "new_study" / "summary.json"
+    new.parent.mkdir()
+    new.write_text(json.dumps({"benchmarks": {}}))
+    bad = _failures(copy)
+    assert bad == ["NO DATA   docs/results/new_study/summary.json: a result file no claim recomputes (add a claim, "
+                   "or withdraw it and remove it)"], bad
+
+    new.unlink()
+    assert run(copy)[0] == 0
+    text = (copy / "README.md").read_text(encoding="utf-8")
+    (copy / "README.md").write_text(text.replace("The three-seed table is withdrawn", "The three-seed table"),
+                                    encoding="utf-8")
+    bad = _failures(copy)
+    assert len(bad) == 1 and "three-seed" in bad[0], bad
