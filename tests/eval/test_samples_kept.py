@@ -23,7 +23,7 @@ class AlwaysTwo:
 
     tokenizer = None
 
-    def generate(self, prompts, g, sampling):
+    def generate(self, prompts, g, sampling, on_row=None):
         n = len(prompts) * g
         return SimpleNamespace(num_prompts=len(prompts), response_text=["so \\boxed{2}"] * n,
                                finish_reason=["stop"] * n, response_lengths=torch.full((n,), 4))
