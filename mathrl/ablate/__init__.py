@@ -3,6 +3,7 @@
 * :mod:`mathrl.ablate.study` -- the study YAML, grid expansion, per-run configs;
 * :mod:`mathrl.ablate.methods` -- the methods on the trainer's engine (RFT via :mod:`mathrl.train.sft`);
 * :mod:`mathrl.ablate.driver` -- run / resume a study, launcher commands;
+* :mod:`mathrl.ablate.compare` -- seeds pooled, the declared contrasts (Holm) and the exploratory comparisons;
 * :mod:`mathrl.ablate.report` -- the table and the plots;
 * :mod:`mathrl.ablate.cli` -- ``mathrl ablate``.
 """

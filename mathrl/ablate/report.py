@@ -241,8 +241,10 @@ def plot_maj_pass(data: dict, path: Path) -> Path:
 
 
 def _comparisons(study, data: dict, log: Callable[[str], None]) -> list[str]:
-    """The report's section on groups (seeds pooled) and paired comparisons; ``data["comparisons"]``."""
-    from mathrl.ablate.compare import comparison_table, group_table, study_comparisons
+    """The report's section on groups (seeds pooled), the declared contrasts and the exploratory paired
+    comparisons; ``data["comparisons"]``."""
+    from mathrl.ablate.compare import comparison_table, contrast_table, group_table, study_comparisons
+    from mathrl.ablate.study import MIN_PASS1_SAMPLES
 
     try:
         comp = study_comparisons(study, data)
@@ -252,13 +254,37 @@ def _comparisons(study, data: dict, log: Callable[[str], None]) -> list[str]:
     data["comparisons"] = comp
     if not comp["groups"]:
         return []
-    return ["", "## Groups (seeds pooled) and paired comparisons", "",
-            "Each group's held-out values after training, the mean over its seeds and each seed's:", "",
-            group_table(comp), "",
-            f"Paired bootstrap over the held-out problems ({comp['resamples']} resamples; a group's per-problem "
-            "score is the mean over its seeds); 'excludes 0' = the 95% interval of B - A does not contain 0. "
-            "Rows 'maj gain - pass gain': (maj@K after - before) - (pass@K after - before) per problem.", "",
-            comparison_table(comp)]
+    out = ["", "## Groups (seeds pooled) and paired comparisons", "",
+           "Each group's held-out values after training: the mean over its seeds, each seed's value and the "
+           "seed range (max - min). The tests below resample problems only, so they hold no seed-to-seed "
+           "variation beyond the seeds run; 'seeds A/B' flags comparisons of groups with unequal seed counts "
+           "(a one-seed row against pooled seeds carries a whole seed's noise that its test does not see).", "",
+           group_table(comp), ""]
+    n = min((r["eval_settings"].get("n", 0) for r in data["runs"]), default=0)
+    if comp["contrasts"]:
+        m = len(comp["contrasts"])
+        out += ["### Declared contrasts (confirmatory)", "",
+                f"Primary metric `{comp['primary_metric']}`, the {m} contrast(s) of `study.contrasts`, declared in "
+                f"the study file. p: two-sided paired sign-flip permutation test over the problems (B - A per "
+                f"problem; a group's score is the mean over its seeds, 'before' the mean over the same seeds' "
+                f"evaluations of the initial model). Holm p: Holm's step-down adjustment over the {m}; 'survives' "
+                f"= Holm p <= {comp['family_alpha']}. MDE: the smallest difference (points) the contrast detects with "
+                f"{comp['power']:.0%} power at the per-contrast alpha {comp['family_alpha']}/{m} of Holm's first "
+                "step, from the standard deviation of its per-problem differences; a contrast that does not "
+                "survive reads 'no difference larger than' its MDE.", "", contrast_table(comp), ""]
+    else:
+        out += ["No primary metric and contrasts were declared (`study.primary_metric`, `study.contrasts`): "
+                "every comparison below is exploratory.", ""]
+    out += ["### Exploratory comparisons (not corrected for multiple testing)", "",
+            f"Paired bootstrap over the held-out problems ({comp['resamples']} resamples); 'excludes 0' = the 95% "
+            "interval of B - A does not contain 0; p: the two-sided permutation test, uncorrected; MDE at alpha "
+            "0.05 and 80% power. With this many rows some intervals exclude 0 by chance: read them as leads, "
+            "not findings. Rows 'maj gain - pass gain': (maj@K after - before) - (pass@K after - before) per "
+            "problem."]
+    if 0 < n < MIN_PASS1_SAMPLES:
+        out[-1] += (f" pass@1 is estimated from n = {n} samples per problem here (fewer than "
+                    f"{MIN_PASS1_SAMPLES}): a noisy estimate, exploratory only.")
+    return out + ["", comparison_table(comp)]
 
 
 def write_study_report(study, *, log: Callable[[str], None] = print) -> dict:

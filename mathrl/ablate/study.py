@@ -11,7 +11,10 @@ A study file (``configs/ablations/<study>.yaml``)::
       rft: {dedup: true, max_per_problem: null}   # RFT data filter (per run: `rft:` in the run)
       seeds: [0, 1]                    # every run once per seed (train.seed), named <run>-seed<k>
                                        # (a run's own `seeds:` replaces it for that run)
-      compare: [[rft, online_rft], [online_rft, grpo]]   # paired comparisons "B vs A" in the report
+      compare: [[rft, online_rft], [online_rft, grpo]]   # exploratory paired comparisons "B vs A"
+      primary_metric: greedy           # the confirmatory metric: greedy, pass@k (pass@1 needs eval.n >= 8), maj@k
+      contrasts: [[before, grpo], [rft, grpo]]   # the declared family "B vs A" on primary_metric
+                                       # (A = before: B against the initial model); Holm-corrected
     base:                              # config sections, as in a recipe; applied after study.base
       train: {steps: 10, batch_size: 4}
     runs:
@@ -27,8 +30,11 @@ variants' presets <- the run's ``overrides`` <- the sweep point; then ``train.ou
 ``<study out>/<run name>``. With ``study.seeds`` each run is repeated per seed; the report averages a
 run's seeds (its *group*, the name without ``-seed<k>``) per held-out problem and compares every group
 with the initial model and the pairs of ``study.compare`` by a paired bootstrap over problems
-(:mod:`mathrl.ablate.report`). Override keys are dotted (``algo.kl_coef``) or nested mappings. Every key
-and value is checked by :mod:`mathrl.config`; errors name the study file, the run and the key.
+(:mod:`mathrl.ablate.compare`). Those rows are exploratory (uncorrected). ``study.primary_metric`` and
+``study.contrasts``, declared together and before the runs, make the confirmatory family: one test per
+contrast on the primary metric, Holm-corrected over the family. Override keys are dotted
+(``algo.kl_coef``) or nested mappings. Every key and value is checked by :mod:`mathrl.config`; errors
+name the study file, the run and the key.
 """
 
 from __future__ import annotations
@@ -45,7 +51,8 @@ from mathrl.config import Config, ConfigError, set_value, validate
 from mathrl.config.loader import flatten_yaml
 from mathrl.registry import ABLATION_METHODS
 
-__all__ = ["DONE", "TRAINED", "VARIANTS", "RunSpec", "Study", "dump_study", "load_study", "run_config"]
+__all__ = ["BEFORE", "DONE", "MIN_PASS1_SAMPLES", "TRAINED", "VARIANTS", "RunSpec", "Study", "dump_study", "load_study",
+           "run_config"]
 
 # the files that mark a run of a study as done (written last) and as trained (evaluation pending)
 DONE = "DONE.json"
@@ -67,10 +74,16 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 """Named override bundles for the commonly argued-about ablations (``variant:`` in a run)."""
 
-STUDY_KEYS = {"name", "out", "base", "curve_every", "launcher", "rft", "description", "seeds", "compare"}
+STUDY_KEYS = {"name", "out", "base", "curve_every", "launcher", "rft", "description", "seeds", "compare",
+              "primary_metric", "contrasts"}
 RUN_KEYS = {"name", "method", "variant", "overrides", "sweep", "rft", "group", "seeds"}
 RFT_KEYS = {"dedup", "max_per_problem"}
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")
+_METRIC_RE = re.compile(r"^(greedy|pass@[1-9][0-9]*|maj@[1-9][0-9]*)$")
+BEFORE = "before"
+"""The name of the initial model in ``study.contrasts`` (reserved: no run may be called so)."""
+MIN_PASS1_SAMPLES = 8
+"""pass@1 as a primary metric needs at least this many samples per problem (``eval.n``)."""
 
 
 @dataclass
@@ -102,6 +115,8 @@ class Study:
     launcher: str = "mathrl ablate"
     description: str = ""
     compare: list[tuple[str, str]] = field(default_factory=list)   # (A, B) group pairs: "B vs A"
+    primary_metric: str = ""                                         # the confirmatory metric ("" = none)
+    contrasts: list[tuple[str, str]] = field(default_factory=list)  # the declared family; A may be "before"
     cli_overrides: list[str] = field(default_factory=list)          # key=value from the command line
 
     def run(self, name: str) -> RunSpec:
@@ -191,6 +206,45 @@ def _check_compare(pairs: Any, groups: set[str], where: str) -> list[tuple[str, 
                 raise ConfigError(f"{where}: study.compare names {g!r}, which is not a run of this study; runs "
                                   f"(without their seed): {', '.join(sorted(groups))}")
     return [(str(a), str(b)) for a, b in pairs]
+
+
+def _check_contrasts(pairs: Any, groups: set[str], where: str) -> list[tuple[str, str]]:
+    ok = isinstance(pairs, list) and pairs and all(isinstance(p, list) and len(p) == 2 for p in pairs)
+    if not ok:
+        raise ConfigError(f"{where}: study.contrasts = {pairs!r}; allowed: a non-empty list of [A, B] pairs, e.g. "
+                          f"[[{BEFORE}, grpo], [rft, grpo]] (B is compared with A on study.primary_metric; "
+                          f"A = {BEFORE}: the initial model)")
+    out: list[tuple[str, str]] = []
+    for a, b in pairs:
+        a, b = str(a), str(b)
+        for g in (a, b):
+            if g not in groups and not (g == BEFORE and g == a):
+                raise ConfigError(f"{where}: study.contrasts names {g!r}, which is not a run of this study"
+                                  f"{' (before is allowed as A only)' if g == BEFORE else ''}; runs (without their "
+                                  f"seed): {', '.join(sorted(groups))}")
+        if a == b or (a, b) in out:
+            raise ConfigError(f"{where}: study.contrasts: [{a}, {b}] " + ("compares a run with itself" if a == b
+                              else "is declared twice"))
+        out.append((a, b))
+    return out
+
+
+def _check_primary(study: Study, configs: list[Config], where: str) -> None:
+    """``primary_metric`` is computed by every run's evaluation; pass@1 needs ``eval.n >= 8`` samples."""
+    m = study.primary_metric
+    if not _METRIC_RE.match(m):
+        raise ConfigError(f"{where}: study.primary_metric = {m!r}; allowed: greedy, pass@k or maj@k (k >= 1)")
+    for r, cfg in zip(study.runs, configs):
+        ev = cfg.eval
+        if m == "greedy" and not ev.greedy:
+            raise ConfigError(f"{where}: study.primary_metric = greedy, but run {r.name!r} has eval.greedy = false")
+        k = int(m.split("@")[1]) if "@" in m else 1
+        if k > ev.n:
+            raise ConfigError(f"{where}: study.primary_metric = {m}, but run {r.name!r} draws eval.n = {ev.n} "
+                              "samples per problem")
+        if m == "pass@1" and ev.n < MIN_PASS1_SAMPLES:
+            raise ConfigError(f"{where}: study.primary_metric = pass@1 needs eval.n >= {MIN_PASS1_SAMPLES} samples "
+                              f"per problem; run {r.name!r} has eval.n = {ev.n} (raise eval.n, or use greedy)")
 
 
 def load_study(path: str | Path, out: str | Path | None = None, overrides: list[str] | None = None) -> Study:
@@ -291,9 +345,9 @@ def load_study(path: str | Path, out: str | Path | None = None, overrides: list[
                     run_name += "-" + "-".join(f"{k.split('.')[-1]}{_slug(v)}" for k, v in point)
                 for k, v in point:
                     run_name = run_name.replace("{" + k + "}", _slug(v))
-            if not _NAME_RE.match(run_name) or run_name in ("baseline",):
+            if not _NAME_RE.match(run_name) or run_name in ("baseline", BEFORE):
                 raise ConfigError(f"{where}: run name {run_name!r}: use letters, digits and . _ + = - (it is a "
-                                  "folder name; 'baseline' is reserved)")
+                                  f"folder name; 'baseline' and '{BEFORE}' are reserved)")
             spec = pre + ovr + [(k, v, f"{where} (sweep)") for k, v in point]
             if run_seeds is None:  # a dumped study names each run's group itself
                 runs.append(RunSpec(run_name, method, spec, rft_opts, group=str(r.get("group") or "")))
@@ -307,11 +361,20 @@ def load_study(path: str | Path, out: str | Path | None = None, overrides: list[
         raise ConfigError(f"{path}: run name(s) {', '.join(dup)} occur more than once; give runs distinct 'name's")
     launcher = str(st.get("launcher") or "mathrl ablate")
     compare = _check_compare(st.get("compare"), {r.group for r in runs}, f"{path}{_line_of(root, 'study', 'compare')}")
+    groups = {r.group for r in runs}
+    primary, contrasts = st.get("primary_metric"), st.get("contrasts")
+    if (primary is None) != (contrasts is None):
+        k = "contrasts" if primary is not None else "primary_metric"
+        raise ConfigError(f"{path}{_line_of(root, 'study', 'primary_metric' if primary is not None else 'contrasts')}"
+                          f": study.primary_metric and study.contrasts are declared together (study.{k} is missing)")
     study = Study(path=path, name=name, out=out_dir, base_recipe=base_recipe, base=base, runs=runs,
                   curve_every=curve_every, launcher=launcher, description=str(st.get("description") or ""),
-                  compare=compare, cli_overrides=overrides)
-    for r in runs:  # fail before any work
-        run_config(study, r)
+                  compare=compare, cli_overrides=overrides, primary_metric="" if primary is None else str(primary),
+                  contrasts=[] if contrasts is None else
+                  _check_contrasts(contrasts, groups, f"{path}{_line_of(root, 'study', 'contrasts')}"))
+    configs = [run_config(study, r) for r in runs]  # fail before any work
+    if primary is not None:
+        _check_primary(study, configs, f"{path}{_line_of(root, 'study', 'primary_metric')}")
     return study
 
 
@@ -325,6 +388,9 @@ def dump_study(study: Study, path: str | Path) -> Path:
                      for r in study.runs]}
     if study.compare:
         data["study"]["compare"] = [list(p) for p in study.compare]
+    if study.primary_metric:
+        data["study"]["primary_metric"] = study.primary_metric
+        data["study"]["contrasts"] = [list(p) for p in study.contrasts]
     if study.base_recipe is not None:
         data["study"]["base"] = str(Path(study.base_recipe).resolve())
     path = Path(path)

@@ -1,4 +1,4 @@
-"""Evaluation estimators: pass@k, maj@k, greedy accuracy, lengths, confidence intervals.
+"""Evaluation estimators: pass@k, maj@k, greedy accuracy, lengths, confidence intervals, tests.
 
 Every function here is pure (numbers and lists in, numbers out); the runner
 (:mod:`mathrl.eval.runner`) feeds them the verifier's verdicts.
@@ -24,6 +24,7 @@ __all__ = [
     "EXACT_PASS_N", "MAJ_EXACT_SUBSETS", "MAJ_RESAMPLES",
     "pass_at_k", "mean_pass_at_k", "maj_at_k", "maj_at_k_bruteforce", "mean",
     "cluster_answers", "wilson_interval", "bootstrap_ci", "paired_bootstrap_diff",
+    "EXACT_SIGN_FLIP", "paired_permutation_p", "holm", "min_detectable_diff", "sample_sd",
 ]
 
 EXACT_PASS_N = 10_000
@@ -357,3 +358,101 @@ def paired_bootstrap_diff(a: Sequence[float], b: Sequence[float], *, resamples: 
     alpha = (1 - level) / 2
     return {"diff": sum(d) / m, "lo": _percentile(means, alpha), "hi": _percentile(means, 1 - alpha),
             "p_le_0": sum(1 for x in means if x <= 0) / len(means)}
+
+
+# --------------------------------------------------------------------------- significance, power
+
+EXACT_SIGN_FLIP = 16
+"""``paired_permutation_p`` enumerates every sign pattern up to this many non-zero differences."""
+
+
+def paired_permutation_p(diffs: Sequence[float], *, resamples: int = 10_000, seed: int = 0,
+                         exact_max: int = EXACT_SIGN_FLIP) -> float:
+    """Two-sided p-value of "mean difference = 0" by the paired sign-flip permutation test.
+
+    ``diffs`` are per-problem paired differences (b - a on the same problem). Under the null hypothesis
+    that a and b are exchangeable on every problem, each difference is as likely to have the opposite
+    sign; the p-value is the share of sign assignments whose ``|sum|`` is at least the observed
+    ``|sum|`` (Fisher 1935; Good, "Permutation Tests", 2000). Zero differences carry no sign and are
+    dropped. With at most ``exact_max`` non-zero differences every one of the ``2^k`` assignments is
+    enumerated (an exact p-value); beyond, ``resamples`` random assignments from
+    ``numpy.random.default_rng(seed)`` give ``(1 + hits) / (1 + resamples)`` (Phipson and Smyth 2010: never
+    0, valid at any number of resamples). ``nan`` for no differences; 1.0 when all are zero.
+    """
+    import numpy as np
+
+    if len(diffs) == 0:
+        return float("nan")
+    d = np.asarray([float(x) for x in diffs if float(x) != 0.0], dtype=np.float64)
+    if len(d) == 0:
+        return 1.0
+    observed = abs(float(d.sum()))
+    tol = 1e-9 * max(1.0, float(np.abs(d).sum()))  # float sums of the same terms in another order
+    k = len(d)
+    if k <= exact_max:
+        signs = 1 - 2 * ((np.arange(2 ** k)[:, None] >> np.arange(k)[None, :]) & 1)
+        return float(np.mean(np.abs(signs @ d) >= observed - tol))
+    if resamples < 1:
+        raise ValueError(f"paired_permutation_p: resamples={resamples} must be >= 1")
+    rng = np.random.default_rng(seed)
+    hits = 0
+    step = max(1, 2_000_000 // k)
+    for start in range(0, resamples, step):
+        n = min(resamples, start + step) - start
+        signs = rng.integers(0, 2, size=(n, k)) * 2 - 1
+        hits += int(np.sum(np.abs(signs @ d) >= observed - tol))
+    return (1 + hits) / (1 + resamples)
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (Holm 1979), in the order given.
+
+    With the ``m`` p-values sorted ascending, ``p_(1) <= ... <= p_(m)``, the adjusted value of the j-th is
+    ``max_{i <= j} min(1, (m - i + 1) p_(i))``; a hypothesis is rejected at family-wise error rate
+    ``alpha`` when its adjusted value is ``<= alpha``. This controls the family-wise error rate under any
+    dependence between the tests and rejects everything Bonferroni rejects (and sometimes more).
+    A p-value that could not be computed is passed as 1.0 by the caller (it keeps its place in ``m``).
+    """
+    ps = [float(p) for p in pvalues]
+    for p in ps:
+        if not 0.0 <= p <= 1.0:  # also refuses nan
+            raise ValueError(f"holm: p-value {p!r} is not in [0, 1]")
+    m = len(ps)
+    order = sorted(range(m), key=lambda i: ps[i])
+    out = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * ps[i]))
+        out[i] = running
+    return out
+
+
+def sample_sd(values: Sequence[float]) -> float:
+    """Sample standard deviation (divisor ``n - 1``); ``nan`` below two values."""
+    n = len(values)
+    if n < 2:
+        return float("nan")
+    mu = sum(values) / n
+    return math.sqrt(sum((float(v) - mu) ** 2 for v in values) / (n - 1))
+
+
+def min_detectable_diff(sd: float, n: int, *, alpha: float = 0.05, power: float = 0.8) -> float:
+    """The smallest true mean difference a two-sided paired test at level ``alpha`` detects with probability
+    ``power``, given the per-problem paired differences' standard deviation ``sd`` over ``n`` problems:
+
+        MDE = (z_{1 - alpha/2} + z_{power}) * sd / sqrt(n)
+
+    (normal approximation of the paired test's statistic, e.g. Cohen 1988, ch. 2). ``alpha`` = 0.05 and
+    ``power`` = 0.8 give ``2.8016 * sd / sqrt(n)``. A test that finds nothing rules out, at that power,
+    differences larger than this. ``nan`` when ``n < 2`` or ``sd`` is nan.
+    """
+    from statistics import NormalDist
+
+    if not 0 < alpha < 1 or not 0 < power < 1:
+        raise ValueError(f"min_detectable_diff: alpha={alpha} and power={power} must be in (0, 1)")
+    if n < 2 or sd != sd:
+        return float("nan")
+    if sd < 0:
+        raise ValueError(f"min_detectable_diff: sd={sd} must be >= 0")
+    z = NormalDist()
+    return (z.inv_cdf(1 - alpha / 2) + z.inv_cdf(power)) * sd / math.sqrt(n)

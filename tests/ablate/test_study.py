@@ -212,6 +212,65 @@ def test_dump_study_round_trips_the_expanded_runs(tmp_path):
     assert run_config(again, again.run(s.runs[2].name)).train.steps == 2
 
 
+STUDY_FILE = """\
+study:
+  out: {out}
+  seeds: [0, 1]
+  primary_metric: {metric}
+  contrasts: {contrasts}
+base:
+  model: {{name: embedded}}
+  eval: {{n: {n}, k: [1]}}
+runs:
+  - {{method: rft}}
+  - {{method: grpo}}
+"""
+
+
+@pytest.mark.parametrize("metric,contrasts,n,match", [
+    ("pass@1", "[[rft, grpo]]", 4, r"s.yaml:4: study.primary_metric = pass@1 needs eval.n >= 8 samples per problem; "
+                                    r"run 'rft-seed0' has eval.n = 4"),
+    ("maj@16", "[[rft, grpo]]", 8, r"s.yaml:4: study.primary_metric = maj@16, but run 'rft-seed0' draws eval.n = 8"),
+    ("acc", "[[rft, grpo]]", 8, r"s.yaml:4: study.primary_metric = 'acc'; allowed: greedy, pass@k or maj@k"),
+    ("\"\"", "[[rft, grpo]]", 8, r"s.yaml:4: study.primary_metric = ''; allowed: greedy"),
+    ("greedy", "[[rft, ppo]]", 8, r"s.yaml:5: study.contrasts names 'ppo', which is not a run of this study"),
+    ("greedy", "[[grpo, before]]", 8, r"s.yaml:5: study.contrasts names 'before', which is not a run of this study "
+                                      r"\(before is allowed as A only\)"),
+    ("greedy", "[[rft, grpo], [rft, grpo]]", 8, r"s.yaml:5: study.contrasts: \[rft, grpo\] is declared twice"),
+    ("greedy", "[[rft, rft]]", 8, r"s.yaml:5: study.contrasts: \[rft, rft\] compares a run with itself"),
+    ("greedy", "[]", 8, r"s.yaml:5: study.contrasts = \[\]; allowed: a non-empty list of \[A, B\] pairs"),
+])
+def test_primary_metric_and_contrasts_are_checked_with_line_numbers(tmp_path, metric, contrasts, n, match):
+    p = tmp_path / "s.yaml"
+    p.write_text(STUDY_FILE.format(out=tmp_path / "o", metric=metric, contrasts=contrasts, n=n))
+    with pytest.raises(ConfigError, match=match):
+        load_study(p)
+
+
+def test_declared_family_loads_and_round_trips(tmp_path):
+    from mathrl.ablate.study import dump_study
+
+    p = tmp_path / "s.yaml"
+    # pass@1 with eval.n = 8 samples is allowed
+    p.write_text(STUDY_FILE.format(out=tmp_path / "o", metric="pass@1", contrasts="[[before, grpo], [rft, grpo]]", n=8))
+    s = load_study(p)
+    assert (s.primary_metric, s.contrasts) == ("pass@1", [("before", "grpo"), ("rft", "grpo")])
+    again = load_study(dump_study(s, tmp_path / "copy.yaml"))
+    assert (again.primary_metric, again.contrasts) == (s.primary_metric, s.contrasts)
+    # declared together: one without the other is refused, at its own line
+    text = STUDY_FILE.format(out=tmp_path / "o", metric="greedy", contrasts="[[rft, grpo]]", n=8)
+    p.write_text(text.replace("  primary_metric: greedy\n", ""))
+    with pytest.raises(ConfigError, match=r"s.yaml:4: study.primary_metric and study.contrasts are declared together "
+                                          r"\(study.primary_metric is missing\)"):
+        load_study(p)
+    p.write_text(text.replace("  contrasts: [[rft, grpo]]\n", ""))
+    with pytest.raises(ConfigError, match=r"s.yaml:4: .*\(study.contrasts is missing\)"):
+        load_study(p)
+    p.write_text(text.replace("{method: grpo}", "{method: grpo, name: before}"))
+    with pytest.raises(ConfigError, match="'baseline' and 'before' are reserved"):
+        load_study(p)
+
+
 def test_config_differences_ignore_neutral_keys_and_fields_added_later():
     from mathrl.ablate.driver import config_differences
     from mathrl.config import load_config
