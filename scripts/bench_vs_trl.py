@@ -76,7 +76,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--micro-batch-tokens", type=int, default=4096,
                     help="token budget per forward/backward micro-batch: mathrl's train.micro_batch_tokens, "
                     "and TRL's per-device batch is the largest divisor of B*G whose padded rows fit it. "
-                    "Default 4096 (mathrl's own default is 8192): in float32 SmolLM2 holds ~1.7 MB of "
+                    "A pin: mathrl stops before training when its free memory cannot hold it. Default 4096 "
+                    "(mathrl's own default, auto, is at most 8192): in float32 SmolLM2 holds ~1.7 MB of "
                     "activations per token in backward (~3 MB in TRL), and the three workers must fit a "
                     "23 GiB machine together at --size full")
     ap.add_argument("--trl-micro-rows", type=int, default=None,

@@ -222,6 +222,15 @@ while its logs look normal. A row that cannot be mapped stops the run unless
 `data.skip_bad_rows=true`, which skips and counts such rows (logged once with the first
 one's location).
 
+One check comes later, once the models are loaded, since it needs the model's size and the
+free memory: a pinned `train.micro_batch_tokens` (a number) whose largest micro-batch the
+free memory does not hold stops the run before its first step, as a TrainingError (exit
+status 3), with one line naming what that micro-batch needs, what is free, the largest
+value that fits and the settings to change (`train.micro_batch_tokens=auto` or at most
+that value). `auto`, the default, is lowered to what fits instead (README, "Memory of a
+training micro-batch"); a value that is neither a positive integer nor `auto` is a
+ConfigError when the config is loaded.
+
 | bad input | error | message (verbatim) | fix |
 |---|---|---|---|
 """

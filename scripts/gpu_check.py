@@ -31,7 +31,8 @@ tokenizer that fits it, bf16; ``--device cpu``: 2 layers of width 64, vocabulary
   the uninterrupted run's bit for bit;
 * ``lora_zero3``: LoRA adapters (``model.lora``) under ZeRO-3 (torchrun, as the runs below);
 * ``ballast``: a tensor standing for vLLM's share of the GPU allocated before a run: the run's fitted
-  ``train.micro_batch_tokens`` (``sys/`` metrics) must drop below the whole mini-batch, without OOM;
+  ``train.micro_batch_tokens: auto`` (``sys/`` metrics) must drop below the whole mini-batch (and below the
+  8192 that auto starts from), without OOM;
 * ``bench``: ``scripts/bench_gpu.py`` (update tokens/s and MFU, generation tokens/s of mathrl's hf
   engine vs plain ``model.generate``);
 * ``offload``: ZeRO-2 with the optimizer offloaded to the CPU, last, only when the budget has room.
@@ -535,7 +536,7 @@ def step_ballast(ctx: Ctx) -> dict:
     """A tensor standing for vLLM's share of the GPU, then a run whose micro-batch budget must shrink."""
     import torch
 
-    from mathrl.train.memory import HEADROOM, per_token_bytes
+    from mathrl.train.memory import AUTO_TOKENS, HEADROOM, per_token_bytes
 
     out = ctx.work / "ballast"
     shutil.rmtree(out, ignore_errors=True)
@@ -566,7 +567,7 @@ def step_ballast(ctx: Ctx) -> dict:
         whole = B * (P + G * T)
     res["ballast_gib"] = ballast_bytes / gib
     cmd = launcher_cmd("torchrun", ["train", *train_overrides(ctx, out, 1, 2, f"train.batch_size={B}",
-                                                               f"rollout.n={G}", "train.micro_batch_tokens=1000000")])
+                                                               f"rollout.n={G}", "train.micro_batch_tokens=auto")])
     log = ctx.work / "logs" / "ballast.log"
     rc, s = launch(ctx, cmd, log, 600)
     del ballast
@@ -577,14 +578,14 @@ def step_ballast(ctx: Ctx) -> dict:
     res.update(fitted_micro_batch_tokens=fitted, trainer_saw_free_gib=avail)
     res["oom"] = "out of memory" in tail(log, 20000).lower()
     if ctx.cuda:
-        res["budget_dropped"] = fitted is not None and fitted < min(1_000_000, whole)
+        res["budget_dropped"] = fitted is not None and fitted < min(AUTO_TOKENS, whole)
         res["free_memory_dropped"] = avail is not None and avail < res["free_before_gib"] - 0.9 * res["ballast_gib"]
         res["ok"] = bool(rc == 0 and r["steps_logged"] == 1 and res["budget_dropped"] and res["free_memory_dropped"]
                          and not res["oom"])
     else:
         res["ok"] = bool(rc == 0 and r["steps_logged"] == 1 and fitted is not None and avail is not None)
     res["summary"] = (f"{s:.0f} s; ballast {res['ballast_gib']:.1f} GiB; trainer saw {_f(avail, '.1f')} GiB free, "
-                      f"fitted train.micro_batch_tokens {_f(fitted)} (configured 1000000, mini-batch {whole} tokens)"
+                      f"fitted train.micro_batch_tokens {_f(fitted)} (auto: at most {AUTO_TOKENS}; mini-batch {whole} tokens)"
                       + ("" if ctx.cuda else "; cpu: memory shared with the machine, drop not asserted")
                       + ("; OOM" if res["oom"] else ""))
     shutil.rmtree(out, ignore_errors=True)

@@ -150,6 +150,7 @@ def cmd_train(args) -> int:
 
     from mathrl.config import load_config
     from mathrl.models import resolve_model_path
+    from mathrl.train.memory import token_cap
 
     import trl
 
@@ -165,7 +166,8 @@ def cmd_train(args) -> int:
     tok = AutoTokenizer.from_pretrained(model_path)
     rows = training_rows(cfg, tok)
     width = max(len(tok(r["prompt"])["input_ids"]) for r in rows) + cfg.rollout.max_tokens
-    micro = micro_rows_for(cfg.train.batch_size * cfg.rollout.n, width, cfg.train.micro_batch_tokens)
+    # TRL has no memory fit: train.micro_batch_tokens=auto is its upper value here (memory.token_cap)
+    micro = micro_rows_for(cfg.train.batch_size * cfg.rollout.n, width, token_cap(cfg.train.micro_batch_tokens))
     kwargs = trl_config_kwargs(cfg, out, micro)
     # the run folder reads like a mathrl run to `mathrl eval --series`: its config names the base model
     (out / "config.yaml").write_text(yaml.safe_dump({"model": {"name": cfg.model.name}, "trl_anchor": {

@@ -153,6 +153,11 @@ def _tokens(records: list[dict]) -> float:
 RESULT_NEUTRAL = ("train.resume", "train.save_every", "train.keep_last", "logging.")
 
 
+# (recorded, now) pairs that mean the same run: train.micro_batch_tokens was 8192 by default and lowered to the free
+# memory, which is what "auto" means now (issue 40: a number is a pin since)
+SAME_AS_BEFORE = {"train.micro_batch_tokens": ((8192, "auto"),)}
+
+
 def result_config(cfg_dict: dict) -> dict:
     """The config as recorded in DONE.json, less the keys that cannot change the result."""
     out: dict = {}
@@ -179,6 +184,8 @@ def config_differences(recorded: dict, cfg: Config) -> list[str]:
         o, n, d = old.get(section, {}), new.get(section, {}), defaults.get(section, {})
         for key in sorted(set(o) | set(n)):
             if key not in o and key in d and n.get(key) == d[key]:
+                continue
+            if (o.get(key), n.get(key)) in SAME_AS_BEFORE.get(f"{section}.{key}", ()):
                 continue
             if o.get(key) != n.get(key):
                 out.append(f"{section}.{key}")

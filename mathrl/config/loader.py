@@ -40,10 +40,12 @@ def section_classes() -> dict[str, type]:
 def _type_name(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+        args = typing.get_args(tp)
+        return repr(args[0]) if len(args) == 1 else "one of " + ", ".join(repr(a) for a in args)
     if origin in (Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return " or ".join(_type_name(a) for a in args) + " or null"
+        optional = type(None) in typing.get_args(tp)
+        return " or ".join(_type_name(a) for a in args) + (" or null" if optional else "")
     if origin is list:
         (inner,) = typing.get_args(tp)
         return f"a list of {_type_name(inner)}"
@@ -335,5 +337,5 @@ def validate(cfg: Config) -> None:
 
 
 def dump_yaml(cfg: Config) -> str:
-    """The resolved configuration as YAML (written into every run folder)."""
+    """The configuration as YAML (a run folder's ``config.yaml``: :func:`mathrl.train.setup.record_config`)."""
     return yaml.safe_dump(cfg.to_dict(), sort_keys=False)

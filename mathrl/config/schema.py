@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 from mathrl.registry import (ESTIMATORS, FIELD_CHECKS, KL_ESTIMATORS, LOSS_AGG_MODES, POLICY_LOSSES, ROLLOUT_BACKENDS,
                              Registry)
@@ -320,11 +320,14 @@ class TrainConfig:
     batch_size: int = option(8, "B, prompts per step (B x G responses).", ge=1)
     mini_batch_size: Optional[int] = option(None, "Prompts per optimizer update within a step (None = "
                                             "batch_size: one update per step and epoch).", ge=1)
-    micro_batch_tokens: int = option(
-        8192, "Token budget of one forward/backward micro-batch (loss and gradients do not depend on it). Before "
-        "the first step it is lowered, with a warning, to what the free memory holds by the estimate in "
-        "mathrl/train/memory.py (README: memory table), and a run where not even one group fits stops with "
-        "the settings to change.", ge=1)
+    micro_batch_tokens: Union[int, Literal["auto"]] = option(
+        "auto", "Token budget of one forward/backward micro-batch (loss and gradients do not depend on it, up to "
+        "float rounding). 'auto' = 8192, lowered before the first step to what the free memory holds by the "
+        "estimate in mathrl/train/memory.py (README: memory table). A number is a pin: the run uses exactly it, or "
+        "stops before training naming what it needs, what is free and the largest value that fits. The run "
+        "folder's config.yaml records the value used, so a rerun from it splits micro-batches the same way. On "
+        "--resume, 'auto' keeps the checkpoint's budget when it still fits. A run where not even one group fits "
+        "stops with the settings to change.", ge=1)
     share_prompt: bool = option(True, "Run each group's prompt once in training forwards and let its G responses "
                                 "attend to the shared cache (exact; saves (G-1)/G of the prompt compute).")
     packing: bool = option(True, "With train.share_prompt, pack each group's responses first-fit into rows no wider "

@@ -32,8 +32,8 @@ from mathrl.train.checkpoint import TrainingError
 from mathrl.train.layouts import group_share
 from mathrl.train.preflight import context_length, longest_prompt
 
-__all__ = ["CALIBRATION", "available_bytes", "builds_score_matrix", "micro_batch_bytes", "parameter_count",
-           "per_token_bytes", "tokens_that_fit"]
+__all__ = ["AUTO_TOKENS", "CALIBRATION", "available_bytes", "builds_score_matrix", "fit_micro_batches",
+           "micro_batch_bytes", "parameter_count", "per_token_bytes", "token_cap", "tokens_that_fit"]
 
 #: scale from the counted numbers to the measured peak (``scripts/bench_memory.py`` on SmolLM2, CPU, float32,
 #: sdpa, whose CPU kernel is torch's flash kernel and keeps no score matrix, so the count has no ``2 H S`` term:
@@ -203,14 +203,39 @@ def parameter_count(p: Any) -> int:
 #: the verifier's workers, the allocator's fragmentation)
 HEADROOM = 0.7
 
+#: ``train.micro_batch_tokens: auto``: this budget, lowered to what the free memory holds
+AUTO_TOKENS = 8192
+
+
+def token_cap(value: int | str) -> int:
+    """The token budget ``train.micro_batch_tokens = value`` asks for: the number, or :data:`AUTO_TOKENS` for
+    ``auto`` (before :func:`fit_micro_batches` lowers it; for a tool that sizes micro-batches without the trainer)."""
+    return AUTO_TOKENS if value == "auto" else int(value)
+
+
+def _size(n: float) -> str:
+    """``n`` bytes in GiB, MiB or KiB (a tiny test model's activations are kilobytes)."""
+    for unit, scale in (("GiB", 2 ** 30), ("MiB", 2 ** 20)):
+        if n >= 0.1 * scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n / 2 ** 10:.1f} KiB"
+
 
 def fit_micro_batches(cfg, dist, models, prompt_len: int, resumed: int | None = None) -> dict[str, float]:
-    """Before the first step: shrink ``train.micro_batch_tokens`` to what the free memory holds (a one-line
-    warning names the setting and the numbers), or stop with a :class:`TrainingError` when not even one
-    group fits. The budget is agreed over ranks (the least). ``resumed``: the budget the checkpoint's run
-    used, kept when it still fits (the same micro-batches, so the resumed run is the same run; a note when the
-    configured budget differs), else a warning names both (a different split changes the float rounding). Returns
-    ``sys/*`` metrics (free memory, the budget, the activation estimate at that budget) for every step's log.
+    """Before the first step: decide ``train.micro_batch_tokens``, an int afterwards for every reader.
+
+    * ``auto``: :data:`AUTO_TOKENS`, lowered to what the free memory holds (a note names the numbers);
+      on resume (``resumed``: the budget the checkpoint's run used) that budget, when the free memory still holds
+      it (the same micro-batches, so the resumed run is the same run; a note when a fresh run would split
+      otherwise).
+    * a number is a pin: kept when its largest micro-batch fits, else a :class:`TrainingError` before training
+      names what it needs, what is free, the largest value that fits and the settings to change.
+
+    Either way a run where not even one group fits stops with the settings to change, and a resumed run whose
+    micro-batches differ from its checkpoint's gets a warning naming both budgets (a different split changes the
+    float rounding). A budget above a whole mini-batch of this rank forms the same micro-batches as any other
+    such budget, so it fits when the mini-batch does. The fit is agreed over ranks (the least). Returns ``sys/*``
+    metrics (free memory, the budget, the activation estimate at that budget) for every step's log.
 
     Free memory: the GPU's free memory on CUDA, else :func:`available_bytes` shared by the ranks on this
     machine (``LOCAL_WORLD_SIZE``), less the gradients and optimizer state still to be allocated."""
@@ -246,45 +271,57 @@ def fit_micro_batches(cfg, dist, models, prompt_len: int, resumed: int | None = 
     fit = tokens_that_fit(config, budget, **sizes)
     fit = int(global_min(torch.tensor(float(fit))).item())
     one = prompt_len + rows * r.max_tokens  # the smallest micro-batch: one group (or one row)
-    gb = 2 ** 30
-    need_one = one * per_token_bytes(config, **sizes)
+    per = per_token_bytes(config, **sizes)
+    free_text = (f"{_size(budget)} are free for them ({what}: {_size(avail)}, less {_size(later)} for gradients and "
+                 f"optimizer state, times the headroom {HEADROOM})")
     if fit < one:
         raise TrainingError(
             f"memory: one micro-batch of {rows} response(s) of rollout.max_tokens={r.max_tokens} tokens after a "
-            f"{prompt_len}-token prompt needs about {need_one / gb:.1f} GiB of activations, but only "
-            f"{budget / gb:.1f} GiB are free for them ({what}: {avail / gb:.1f} GiB, less {later / gb:.1f} GiB "
-            "for gradients and optimizer state, times the headroom); lower rollout.max_tokens or rollout.n, set "
-            "model.gradient_checkpointing=true, or free memory")
+            f"{prompt_len}-token prompt needs about {_size(one * per)} of activations, but only {free_text}; lower "
+            "rollout.max_tokens or rollout.n, set model.gradient_checkpointing=true, or free memory")
     # the largest micro-batch this run can form: the budget, or a whole mini-batch of this rank when smaller
     prompts = max(1, (t.mini_batch_size or t.batch_size) // dist.world_size)
     whole = prompts * (prompt_len + r.n * r.max_tokens) if rows > 1 else prompts * r.n * (prompt_len + r.max_tokens)
-    configured = t.micro_batch_tokens
-    largest = min(configured, whole)
-    if resumed is not None and resumed <= min(fit, configured):
-        t.micro_batch_tokens = resumed
-        if min(resumed, whole) < largest and dist.is_main:
-            print(f"mathrl: note: resume: keeping the checkpoint's train.micro_batch_tokens={resumed} instead of the "
-                  f"configured {configured} (the same micro-batches, so the resumed run continues the same run)",
-                  file=sys.stderr, flush=True)
-    elif fit < largest:
-        if dist.is_main:
-            per = per_token_bytes(config, **sizes)
-            print(f"mathrl: warning: memory: micro-batches of up to {largest} tokens (train.micro_batch_tokens="
-                  f"{t.micro_batch_tokens}) would need about {largest * per / gb:.1f} GiB of activations but "
-                  f"{budget / gb:.1f} GiB are free for them ({what}); using train.micro_batch_tokens={fit} (same loss "
-                  "and gradients, more micro-batches; set train.micro_batch_tokens to at most this to silence the "
-                  "warning and keep the split fixed between runs, e.g. for an A/B pair: the free memory at start "
-                  "varies)", file=sys.stderr, flush=True)
-        t.micro_batch_tokens = fit
-    # a budget at or above a whole mini-batch gives the same split as any other such budget
-    if resumed is not None and min(resumed, whole) != min(t.micro_batch_tokens, whole) and dist.is_main:
-        why = f"the free memory holds {fit}" if resumed > fit else f"the configured value is {configured}"
-        print(f"mathrl: warning: resume: micro-batches of train.micro_batch_tokens={t.micro_batch_tokens}, but the "
-              f"checkpoint's run used {resumed} ({why}): they split differently, so the resumed run's losses and "
-              "gradients equal an uninterrupted run's only up to float rounding; to continue it bit for bit, resume "
-              f"with train.micro_batch_tokens>={resumed} and that much memory free", file=sys.stderr, flush=True)
-    return {"sys/memory_available_gb": avail / gb, "sys/micro_batch_tokens": float(t.micro_batch_tokens),
-            "sys/activation_estimate_gb": t.micro_batch_tokens * per_token_bytes(config, **sizes) / gb}
+
+    def fits(tokens: int) -> bool:
+        return min(tokens, whole) <= fit
+
+    given = t.micro_batch_tokens
+    fresh = AUTO_TOKENS if fits(AUTO_TOKENS) else fit  # what auto decides for a fresh run
+    if given != "auto":  # a pin
+        if not fits(given):
+            largest = min(given, whole)
+            mini = f" (a whole mini-batch of this rank: {whole} tokens)" if whole < given else ""
+            raise TrainingError(
+                f"memory: train.micro_batch_tokens={given} is pinned, but micro-batches of up to {largest} tokens"
+                f"{mini} need about {_size(largest * per)} of activations and only {free_text}; the largest value "
+                f"that fits is {fit}: set train.micro_batch_tokens=auto (lowered to what fits) or at most {fit}, "
+                "or lower rollout.max_tokens or rollout.n, set model.gradient_checkpointing=true, or free memory")
+        used = given
+    elif resumed is not None and fits(resumed):
+        used = resumed
+        if min(resumed, whole) != min(fresh, whole) and dist.is_main:
+            print(f"mathrl: note: resume: keeping the checkpoint's train.micro_batch_tokens={resumed} (auto would "
+                  f"choose {fresh} for a fresh run; the same micro-batches, so the resumed run continues the same "
+                  "run)", file=sys.stderr, flush=True)
+    else:
+        used = fresh
+        if fresh < min(AUTO_TOKENS, whole) and dist.is_main:
+            print(f"mathrl: note: memory: micro-batches of up to {min(AUTO_TOKENS, whole)} tokens would need about "
+                  f"{_size(min(AUTO_TOKENS, whole) * per)} of activations and {free_text}; using "
+                  f"train.micro_batch_tokens={fresh} (auto: same loss and gradients, more micro-batches). The run "
+                  "folder's config.yaml records it: a rerun from that file splits the same way (pin a number for "
+                  "an A/B pair: the free memory at start varies)", file=sys.stderr, flush=True)
+    t.micro_batch_tokens = used
+    if resumed is not None and min(resumed, whole) != min(used, whole) and dist.is_main:
+        why = f"the free memory holds {fit}" if given == "auto" else f"the configured value is {given}"
+        print(f"mathrl: warning: resume: micro-batches of train.micro_batch_tokens={used}, but the checkpoint's run "
+              f"used {resumed} ({why}): they split differently, so the resumed run's losses and gradients equal an "
+              "uninterrupted run's only up to float rounding; to continue it bit for bit, resume with "
+              f"train.micro_batch_tokens=auto or {resumed} and that much memory free", file=sys.stderr, flush=True)
+    gb = 2 ** 30
+    return {"sys/memory_available_gb": avail / gb, "sys/micro_batch_tokens": float(used),
+            "sys/activation_estimate_gb": used * per / gb}
 
 
 #: a derived ``rollout.max_model_len`` is rounded up to a multiple of this many tokens (a margin for a prompt a

@@ -4,9 +4,13 @@ metrics log."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
-from mathrl.config import Config, ConfigError, dump_yaml, rules
+import yaml
+
+from mathrl.config import Config, ConfigError, rules
 from mathrl.dist.checkpoint_io import ckpt_root
 from mathrl.train import run_folder
 from mathrl.train.checkpoint import State, load_checkpoint
@@ -46,7 +50,8 @@ def restore_torch_linear() -> bool:
 
 
 def prepare_run(cfg: Config) -> tuple[DistInfo, Path]:
-    """Process group, batch-size checks, the run folder with its resolved config; removes checkpoints
+    """Process group, batch-size checks, the run folder with its config as given (:func:`record_config`; the
+    trainer adds what it decided at start-up); removes checkpoints
     half-written by a crash; torch's own linear back if an earlier ZeRO-3 run in this process replaced it
     (:func:`restore_torch_linear`). Shared by every training method (RL here, SFT/RFT in mathrl.ablate)."""
 
@@ -66,9 +71,46 @@ def prepare_run(cfg: Config) -> tuple[DistInfo, Path]:
             moved = run_folder.move_aside(out, "replaced")
             print(f"mathrl: train.overwrite: the earlier run in {out} ({held}) moved to {moved}", flush=True)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "config.yaml").write_text(dump_yaml(cfg))
+        record_config(cfg, dist, out)
         run_folder.clean_temporaries(out)
     return dist, out
+
+
+#: the settings a run's config.yaml records as used rather than as given: they depend on the moment the run starts
+#: (the free memory), so a rerun from the file must not decide them again. The other decided settings (each auto)
+#: follow from the config and the kind of machine, and a rerun on another machine should decide them for it.
+RECORDED_AS_USED = ("train.micro_batch_tokens",)
+
+
+def record_config(cfg: Config, dist: DistInfo, out: Path, decided: dict[str, tuple[Any, Any]] | None = None) -> None:
+    """Write ``<out>/config.yaml`` (main rank; a temporary file renamed over it): the config as given, and once
+    the trainer decided its settings (``decided``: ``key -> (given, used)``: each ``auto``, the memory-fitted
+    ``train.micro_batch_tokens``, the sized ``rollout.max_model_len``) a comment at the top naming each with the
+    value used. The keys of :data:`RECORDED_AS_USED` hold the value used, so ``mathrl train <out>/config.yaml``
+    splits micro-batches as this run did."""
+    if not dist.is_main:
+        return
+    data = cfg.to_dict()
+    lines = []
+    if decided:
+        lines.append("# What this run ran with: the settings it decided at start-up (given -> used).")
+        for key, (given, used) in decided.items():
+            section, name = key.split(".")
+            recorded = key in RECORDED_AS_USED
+            data[section][name] = used if recorded else given
+            lines.append(f"#   {key}: {_scalar(given)} -> {_scalar(used)}"
+                         + ("  (recorded below: a rerun from this file does the same)" if recorded else ""))
+        if any(k not in RECORDED_AS_USED for k in decided):
+            lines.append("# The others are as given below, so a rerun decides them for its own machine.")
+    path = out / "config.yaml"
+    tmp = path.with_name(".config.yaml.tmp")
+    tmp.write_text("".join(line + "\n" for line in lines) + yaml.safe_dump(data, sort_keys=False))
+    os.replace(tmp, path)
+
+
+def _scalar(value: Any) -> str:
+    """``value`` as YAML writes it (``null``, ``auto``, ``8192``)."""
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
 
 
 def resume_and_log(cfg: Config, dist: DistInfo, out: Path, models: Models, state: State

@@ -7,8 +7,12 @@ The trainer owns everything a run guarantees apart from its update rule:
   the rollout engine, its context length;
 * resume: the checkpoint named by ``train.resume`` restored into models and state, the metrics log
   truncated to its step (:func:`mathrl.train.setup.resume_and_log`);
-* the memory fit: ``train.micro_batch_tokens`` shrunk to the free memory before the first step, and the
-  checkpoint's budget kept on resume (:func:`mathrl.train.memory.fit_micro_batches`);
+* the memory fit: ``train.micro_batch_tokens: auto`` decided from the free memory before the first step (the
+  checkpoint's budget kept on resume), a pinned number kept or the run stopped before training
+  (:func:`mathrl.train.memory.fit_micro_batches`);
+* the record of what ran: once the settings are decided, the run folder's ``config.yaml`` names each decided
+  setting (every ``auto``, the micro-batch budget, the rollout context) with its value and holds the budget used,
+  so a rerun from it splits micro-batches alike (:func:`mathrl.train.setup.record_config`; :attr:`Trainer.decided`);
 * checkpoints every ``train.save_every`` steps, every ``train.save_every_minutes`` minutes and at the end
   (:func:`mathrl.train.checkpoint.checkpoint_due`);
 * held-out evaluation before training, every ``eval.every`` steps and at the end, and the report;
@@ -50,7 +54,7 @@ from mathrl.train.metrics import MetricsLogger, process_stats
 from mathrl.train.models import Models, build_models, generation_weights, make_rollout, sync_weights
 from mathrl.train.preflight import longest_prompt
 from mathrl.train.report import evaluate, main_only, write_report
-from mathrl.train.setup import prepare_run, resume_and_log
+from mathrl.train.setup import prepare_run, record_config, resume_and_log
 
 __all__ = ["Method", "Trainer", "warn"]
 
@@ -101,6 +105,7 @@ class Trainer:
         self.eval_problems: list = []
         self.models: Models
         self.resolved: auto.Resolved  # every "auto" of the config, decided (setup)
+        self.decided: dict[str, tuple[Any, Any]] = {}  # key -> (given, used): what setup decided (config.yaml)
         self.state = State(pass_filter=PassRateFilter(window=cfg.algo.pass_rate_filter))
         self.resume_from: Path | None = None
         self.logger: MetricsLogger | None = None
@@ -114,6 +119,7 @@ class Trainer:
         """Start-up, models, resume, the rollout engine, the memory fit, the first weight sync, the method's
         start. On an error after the engine started, everything started is closed again."""
         cfg = self.cfg
+        t = cfg.train
         dist, out = prepare_run(cfg)
         self.dist, self.out = dist, out
         custom_task = self._problems is not None
@@ -140,6 +146,7 @@ class Trainer:
         self.resume_from, self.logger = resume_and_log(cfg, dist, self.out, models, self.state)
         # vLLM's context: what this run's prompts and max tokens need, unless rollout.max_model_len is set (vLLM's
         # default, the model's whole context, would reserve KV cache for sequences the run never forms)
+        given = {"rollout.max_model_len": cfg.rollout.max_model_len, "train.micro_batch_tokens": t.micro_batch_tokens}
         size_rollout_context(cfg, models.tokenizer, self.problems, self.eval_problems, models.model_path)
         try:
             self.rollout = make_rollout(cfg, models)
@@ -149,7 +156,13 @@ class Trainer:
             prompt_len = longest_prompt(cfg, models.tokenizer, self.problems, cfg.data.system_prompt)[0]
             fall_asleep(self.rollout)
             self.memory_stats = fit_micro_batches(cfg, dist, models, prompt_len, resumed=self.state.micro_batch_tokens)
-            self.state.micro_batch_tokens = cfg.train.micro_batch_tokens
+            self.state.micro_batch_tokens = t.micro_batch_tokens
+            # the run folder records what runs: a rerun from its config.yaml splits micro-batches the same way
+            used = {"rollout.max_model_len": cfg.rollout.max_model_len,
+                    "train.micro_batch_tokens": t.micro_batch_tokens}
+            self.decided = {**{k: ("auto", v) for k, v in self.resolved.changed(cfg).items()},
+                            **{k: (given[k], v) for k, v in used.items() if given[k] != v}}
+            record_config(cfg, dist, out, self.decided)
             sync_weights(self.rollout, models.policy)
             self.method.start(self)
         except BaseException:

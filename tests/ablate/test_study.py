@@ -284,3 +284,8 @@ def test_config_differences_ignore_neutral_keys_and_fields_added_later():
     assert config_differences(rec, load_config(None, ["train.lr=1e-5", "algo.ref_update_every=3"])) == \
         ["algo.ref_update_every"]
     assert config_differences(rec, load_config(None, ["train.lr=2e-5"])) == ["train.lr"]
+    # issue 40: the old default 8192 (lowered to the free memory) is what auto means now; another number differs
+    rec["train"]["micro_batch_tokens"] = 8192
+    assert config_differences(rec, cfg) == []
+    rec["train"]["micro_batch_tokens"] = 2048
+    assert config_differences(rec, cfg) == ["train.micro_batch_tokens"]

@@ -2,8 +2,9 @@
 tests/train/test_memory.py.
 
 Usage: python _memory_limited_run.py LIMIT_GB OUT fit|nofit [override ...]
-``nofit`` replaces the memory fit with a no-op (the negative control: the configured micro-batch budget
-is used whatever the limit). Exit status: 0 done, 3 TrainingError (message on stderr), 1 anything else.
+``nofit`` replaces the memory fit with one that takes ``train.micro_batch_tokens`` as asked (the negative
+control: ``auto``'s 8192, or the number given, whatever the limit). Exit status: 0 done, 3 TrainingError
+(message on stderr), 1 anything else.
 """
 
 import os
@@ -23,11 +24,16 @@ def main() -> int:
     from mathrl.config import load_config
     from mathrl.models import ensure_embedded_model
     from mathrl.train.checkpoint import TrainingError
+    from mathrl.train.memory import token_cap
 
     torch.set_num_threads(1)
     model = ensure_embedded_model()
-    if mode == "nofit":
-        trainer_mod.fit_micro_batches = lambda *a, **k: {}
+    if mode == "nofit":  # train.micro_batch_tokens=auto taken as its upper value, 8192, whatever the memory
+        def nofit(cfg, *_args, **_kwargs):
+            cfg.train.micro_batch_tokens = token_cap(cfg.train.micro_batch_tokens)
+            return {}
+
+        trainer_mod.fit_micro_batches = nofit
     cfg = load_config("configs/demo.yaml", [
         f"model.name={model}", "rollout.backend=hf", "train.steps=1", f"train.output_dir={out}",
         "data.eval_limit=1", "eval.n=1", "eval.k=1", "eval.max_tokens=4", "eval.greedy=false",

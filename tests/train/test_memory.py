@@ -1,11 +1,13 @@
 """Memory: the activation estimate against hand-computed counts, the limits the free memory is read
-from, the micro-batch budget fitted to them, periodic checkpoints by time, and the real model under an
-address-space limit (it adapts; without the fit the same run dies)."""
+from, the micro-batch budget fitted to them (``auto`` lowered, a pin kept or the run stopped, issue 40), the
+run folder's record of the budget used and a rerun from it, periodic checkpoints by time, and the real model
+under an address-space limit (it adapts; without the fit the same run dies)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -170,21 +172,9 @@ def test_available_memory_reads_the_address_space_limit():
         assert what != "RLIMIT_AS" and free > 0
 
 
-@pytest.mark.parametrize("resumed, fit, configured, used, says", [
-    (20, 100, 8192, 20, "keeping the checkpoint's train.micro_batch_tokens=20 instead of the configured 8192"),
-    (20, 10, 8192, 10, "train.micro_batch_tokens=10, but the checkpoint's run used 20 (the free memory holds 10)"),
-    (20, 100, 12, 12, "train.micro_batch_tokens=12, but the checkpoint's run used 20 (the configured value is 12)"),
-    (50, 30, 8192, 8192, None),  # both budgets hold a whole mini-batch (28 tokens): the same split, nothing said
-    (50, 100, 8192, 50, None),   # kept, and it holds a whole mini-batch like the configured one: nothing said
-    (20, 100, 20, 20, None),     # kept, and the configuration asks for the same budget: nothing said
-    (None, 10, 8192, 10, None),  # a fresh run: only the memory warning
-])
-def test_resume_keeps_the_checkpoints_budget_or_says_why_not(monkeypatch, capsys, resumed, fit, configured, used,
-                                                              says):
-    """A resumed run keeps the micro-batch budget its checkpoint was trained with when the free memory holds it
-    (the same micro-batches, so the same run) and says so when the configuration differs; when it cannot, a
-    warning names both budgets and why, since a different split changes the float rounding. Mini-batch here:
-    4 prompts of 3 tokens with 2 responses of 2 tokens, 28 tokens."""
+def _fit(monkeypatch, configured, fit, resumed=None):
+    """fit_micro_batches on a stand-in policy with the free memory holding ``fit`` tokens; mini-batch: 4 prompts of
+    3 tokens with 2 responses of 2 tokens, 28 tokens. Returns (cfg, stats)."""
     import torch
 
     from mathrl.config import load_config
@@ -196,13 +186,167 @@ def test_resume_keeps_the_checkpoints_budget_or_says_why_not(monkeypatch, capsys
     policy.config = TINY
     models = SimpleNamespace(policy=SimpleNamespace(module=policy), critic=None)
     monkeypatch.setattr(memory, "tokens_that_fit", lambda *a, **k: fit)
-    stats = memory.fit_micro_batches(cfg, DistInfo(0, 1, 0), models, prompt_len=3, resumed=resumed)
+    monkeypatch.setattr(memory, "available_bytes", lambda: (64 * 2**30, "test"))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    return cfg, memory.fit_micro_batches(cfg, DistInfo(0, 1, 0), models, prompt_len=3, resumed=resumed)
+
+
+@pytest.mark.parametrize("resumed, fit, configured, used, says", [
+    (20, 100, "auto", 20, "keeping the checkpoint's train.micro_batch_tokens=20 (auto would choose 8192 for a fresh"),
+    (20, 10, "auto", 10, "train.micro_batch_tokens=10, but the checkpoint's run used 20 (the free memory holds 10)"),
+    (20, 100, 12, 12, "train.micro_batch_tokens=12, but the checkpoint's run used 20 (the configured value is 12)"),
+    (20, 100, 8192, 8192, "=8192, but the checkpoint's run used 20 (the configured value is 8192)"),  # a pin wins
+    (50, 30, "auto", 50, None),  # both budgets hold a whole mini-batch (28 tokens): the same split, nothing said
+    (50, 100, "auto", 50, None),  # kept, and it holds a whole mini-batch like auto's 8192: nothing said
+    (20, 100, 20, 20, None),      # the pin is the checkpoint's budget: nothing said
+    (None, 10, "auto", 10, None),  # a fresh run: auto lowered, with a note
+    (None, 100, "auto", 8192, None),  # a fresh run with memory to spare: auto is 8192
+    (None, 30, 8192, 8192, None),  # a pin above the whole mini-batch, which fits: kept
+])
+def test_resume_keeps_the_checkpoints_budget_or_says_why_not(monkeypatch, capsys, resumed, fit, configured, used,
+                                                              says):
+    """``auto`` on resume keeps the micro-batch budget its checkpoint was trained with when the free memory holds
+    it (the same micro-batches, so the same run) and says so when a fresh run would split otherwise; a pin is
+    kept. When the split differs from the checkpoint's, a warning names both budgets and why, since a different
+    split changes the float rounding. After the fit the budget is an int, whatever was configured."""
+    cfg, stats = _fit(monkeypatch, configured, fit, resumed)
     assert cfg.train.micro_batch_tokens == used and stats["sys/micro_batch_tokens"] == used
+    assert type(cfg.train.micro_batch_tokens) is int
     err = capsys.readouterr().err
     assert ("resume:" in err) == (says is not None), err
     if says:
         assert says in err, err
-    assert ("would need about" in err) == (fit < min(configured, 28) and used == fit), err
+    assert ("would need about" in err) == (configured == "auto" and used == fit < 28), err
+
+
+@pytest.mark.parametrize("resumed", [None, 12])
+def test_a_pin_the_memory_does_not_hold_stops_with_the_numbers(monkeypatch, resumed):
+    """A pinned train.micro_batch_tokens is never lowered: when its largest micro-batch does not fit, the fit
+    stops (before training) naming what it needs, what is free, the largest value that fits and the settings
+    to change; the value it names passes, one more does not (also on resume: a pin is a pin)."""
+    from mathrl.train.checkpoint import TrainingError
+
+    with pytest.raises(TrainingError) as info:
+        _fit(monkeypatch, 8192, 10, resumed)
+    msg = str(info.value)
+    assert msg.startswith("memory: train.micro_batch_tokens=8192 is pinned, but micro-batches of up to 28 tokens "
+                          "(a whole mini-batch of this rank: 28 tokens) need about "), msg
+    assert re.search(r"need about [\d.]+ [KMG]iB of activations and only [\d.]+ [KMG]iB are free for them \(test: "
+                     r"[\d.]+ [KMG]iB, less [\d.]+ [KMG]iB for gradients and optimizer state", msg), msg
+    assert "the largest value that fits is 10: set train.micro_batch_tokens=auto (lowered to what fits) or at " \
+           "most 10" in msg and "model.gradient_checkpointing=true" in msg and "\n" not in msg
+    assert _fit(monkeypatch, 10, 10, resumed)[0].train.micro_batch_tokens == 10
+    with pytest.raises(TrainingError, match="train.micro_batch_tokens=11 is pinned"):
+        _fit(monkeypatch, 11, 10, resumed)
+
+
+def _trainer(cfg, steps: list | None = None):
+    """The product's Trainer with the RL step on the digit task (``steps`` collects the steps the method ran)."""
+    from _train_tasks import digit_problems
+
+    from mathrl.train.loop import RLMethod
+    from mathrl.train.trainer import Trainer
+
+    class Counted(RLMethod):
+        def step(self, trainer):
+            if steps is not None:
+                steps.append(trainer.state.step + 1)
+            return super().step(trainer)
+
+    return Trainer(cfg, Counted(), problems=digit_problems())
+
+
+def _policy_weights(out):
+    from safetensors.torch import load_file
+
+    from mathrl.train import checkpoint as ckpt
+
+    return load_file(str(ckpt.list_checkpoints(out)[-1][1] / "policy" / "model.safetensors"))
+
+
+def test_a_pinned_budget_the_memory_does_not_hold_stops_the_trainer_before_step_1(digit_model_dir, tmp_path,
+                                                                                    monkeypatch):
+    """Issue 40: a user who pins train.micro_batch_tokens=8192 where the free memory holds 24 tokens of
+    activations is no longer lowered to 24: the Trainer stops in its setup, before any step, with the numbers
+    and the settings to change, and saves nothing."""
+    from _train_tasks import digit_cfg
+
+    from mathrl.train import checkpoint as ckpt
+    from mathrl.train.checkpoint import TrainingError
+
+    monkeypatch.setattr(memory, "tokens_that_fit", lambda *a, **k: 24)
+    out = tmp_path / "pinned"
+    steps: list = []
+    with pytest.raises(TrainingError) as info:
+        _trainer(digit_cfg(digit_model_dir, out, "train.steps=2", "train.micro_batch_tokens=8192"), steps).fit()
+    msg = str(info.value)
+    assert msg.startswith("memory: train.micro_batch_tokens=8192 is pinned, but micro-batches of up to "), msg
+    assert re.search(r"need about [\d.]+ [KMG]iB of activations and only [\d.]+ [KMG]iB are free", msg), msg
+    assert "the largest value that fits is 24: set train.micro_batch_tokens=auto (lowered to what fits) or at " \
+           "most 24" in msg, msg
+    assert steps == [] and ckpt.list_checkpoints(out) == []
+    assert not (out / "metrics.jsonl").is_file() or step_rows(out) == []
+
+
+def test_auto_is_lowered_and_the_run_folders_config_records_what_ran(digit_model_dir, tmp_path, monkeypatch, capsys):
+    """train.micro_batch_tokens: auto (the default) where the free memory holds 24 tokens: the run trains with 24,
+    and its config.yaml holds 24 (the file loads back as a config) and names every setting the trainer decided
+    (each auto, rollout.max_model_len) with its value in a comment; those stay as given, for a rerun to decide
+    on its own machine."""
+    from _train_tasks import digit_cfg
+
+    from mathrl.config import load_config
+
+    monkeypatch.setattr(memory, "tokens_that_fit", lambda *a, **k: 24)
+    out = tmp_path / "auto"
+    cfg = digit_cfg(digit_model_dir, out, "train.steps=1")
+    assert cfg.train.micro_batch_tokens == "auto" and cfg.rollout.max_model_len is None
+    trainer = _trainer(cfg)
+    assert trainer.fit() == 0
+    assert "using train.micro_batch_tokens=24" in capsys.readouterr().err
+    assert [r["sys/micro_batch_tokens"] for r in step_rows(out)] == [24.0]
+    text = (out / "config.yaml").read_text()
+    recorded = load_config(out / "config.yaml")
+    assert recorded.train.micro_batch_tokens == 24
+    assert "#   train.micro_batch_tokens: auto -> 24  (recorded below" in text
+    res = trainer.resolved
+    for line in (f"model.dtype: auto -> {res.model_dtype}", f"rollout.dtype: auto -> {res.rollout_dtype}",
+                 "algo.advantage: auto -> grpo",
+                 "algo.kl_in: auto -> loss", "algo.kl_estimator: auto -> k3",
+                 f"rollout.max_model_len: null -> {cfg.rollout.max_model_len}"):
+        assert f"#   {line}\n" in text, text
+    assert cfg.rollout.max_model_len > 0 and trainer.decided["train.micro_batch_tokens"] == ("auto", 24)
+    recorded.train.micro_batch_tokens = "auto"  # all else as given
+    assert recorded == digit_cfg(digit_model_dir, out, "train.steps=1")
+
+
+def test_a_rerun_from_the_recorded_config_splits_the_same_way(digit_model_dir, tmp_path, monkeypatch):
+    """Two runs of one recipe: the first where the free memory holds 24 tokens (auto -> 24), the second from the
+    first's config.yaml on a machine with memory to spare: it trains with 24 too, so it is the same run (the
+    same metrics and weights), where before the file said 8192 and the rerun split by that. Resuming the first
+    run with the recipe (auto) keeps the checkpoint's 24, and its config.yaml says so."""
+    import torch
+    from _train_tasks import crash_copy, digit_cfg, without_timing
+
+    from mathrl.config import load_config
+
+    monkeypatch.setattr(memory, "tokens_that_fit", lambda *a, **k: 24)
+    first, again, part = tmp_path / "first", tmp_path / "again", tmp_path / "part"
+    assert _trainer(digit_cfg(digit_model_dir, first, "train.steps=2", "train.save_every=1")).fit() == 0
+    monkeypatch.setattr(memory, "tokens_that_fit", lambda *a, **k: 10**6)
+    rerun = load_config(first / "config.yaml", [f"train.output_dir={again}"])
+    assert rerun.train.micro_batch_tokens == 24
+    assert _trainer(rerun).fit() == 0
+    assert [r["sys/micro_batch_tokens"] for r in step_rows(again)] == [24.0, 24.0]
+    assert without_timing(step_rows(again)) == without_timing(step_rows(first))
+    a, b = _policy_weights(first), _policy_weights(again)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    crash_copy(first, part, 1)
+    resumed = _trainer(digit_cfg(digit_model_dir, part, "train.steps=2", "train.resume=auto"))
+    assert resumed.fit() == 0
+    assert [r["sys/micro_batch_tokens"] for r in step_rows(part)] == [24.0, 24.0]
+    assert load_config(part / "config.yaml").train.micro_batch_tokens == 24
+    assert resumed.decided["train.micro_batch_tokens"] == ("auto", 24)
 
 
 @pytest.mark.slow

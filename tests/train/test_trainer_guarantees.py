@@ -71,11 +71,11 @@ def test_checkpoints_by_steps_by_minutes_and_at_the_end(digit_model_dir, tmp_pat
 
 @pytest.mark.parametrize("method", METHODS)
 def test_micro_batches_fit_the_free_memory(digit_model_dir, tmp_path, monkeypatch, capsys, method):
-    """The free memory holds 24 tokens of activations: the configured 4096-token budget shrinks to 24 with
-    a warning, every step trains and logs with it, and the checkpoint keeps it for a resume."""
+    """The free memory holds 24 tokens of activations: train.micro_batch_tokens=auto (8192) shrinks to 24 with
+    a note, every step trains and logs with it, and the checkpoint keeps it for a resume."""
     monkeypatch.setattr(memory, "tokens_that_fit", lambda *a, **k: 24)
     out = tmp_path / "run"
-    assert _train(method, digit_model_dir, out, "train.steps=2", "train.micro_batch_tokens=4096") == 0
+    assert _train(method, digit_model_dir, out, "train.steps=2", "train.micro_batch_tokens=auto") == 0
     assert "using train.micro_batch_tokens=24" in capsys.readouterr().err
     rows = step_rows(out)
     assert [r["sys/micro_batch_tokens"] for r in rows] == [24.0, 24.0]

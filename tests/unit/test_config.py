@@ -74,6 +74,28 @@ def test_bad_overrides_give_one_line_errors(override, fragments):
         assert frag in msg, (frag, msg)
 
 
+def test_micro_batch_tokens_is_auto_or_a_positive_integer(tmp_path):
+    """Issue 40: train.micro_batch_tokens is 'auto' (the default) or a number (a pin); anything else is one line
+    naming the key, the value, where it came from and what is allowed."""
+    assert load_config().train.micro_batch_tokens == "auto"
+    assert load_config(None, ["train.micro_batch_tokens=4_096"]).train.micro_batch_tokens == 4096
+    assert load_config(None, ["train.micro_batch_tokens=auto"]).train.micro_batch_tokens == "auto"
+    f = tmp_path / "r.yaml"
+    f.write_text("train:\n  micro_batch_tokens: 2048\n")
+    assert load_config(f).train.micro_batch_tokens == 2048
+    f.write_text("train:\n  steps: 3\n  micro_batch_tokens: 8k\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(f)
+    assert str(info.value) == (f"train.micro_batch_tokens = '8k' ({f}:3): wrong type or value; allowed: an integer "
+                               "or 'auto'")
+    with pytest.raises(ConfigError, match=r"train.micro_batch_tokens = 0 \(command line\): out of range; allowed: "
+                                          ">= 1"):
+        load_config(None, ["train.micro_batch_tokens=0"])
+    for bad in ("Auto", "true", "1.5"):
+        with pytest.raises(ConfigError, match="allowed: an integer or 'auto'"):
+            load_config(None, [f"train.micro_batch_tokens={bad}"])
+
+
 def test_yaml_errors_name_file_and_line(tmp_path):
     f = tmp_path / "bad.yaml"
     f.write_text("model:\n  name: embedded\nalgo:\n  kl_coef: 0.04\n  clip_lo: 0.2\n")
