@@ -9,7 +9,7 @@ forms and ``mathrl.train.report`` for the trainer's held-out table. Nothing is r
 
 One line per claim: ``ok``, ``MISMATCH`` (printed and recomputed), ``NO DATA`` (a kept file is missing) or
 ``withdrawn`` (listed in WITHDRAWN below: the document says the figure was withdrawn because its
-per-problem samples were not kept). Every file under docs/results/ and eval/results/ must be a claim's
+per-problem samples were not kept). Every file under docs/results/, docs/ablations/ and eval/results/ must be a claim's
 document or data, or be listed in NOT_CLAIMS with a reason: a result added without a claim fails.
 Exit 1 on any mismatch, missing data, missing withdrawal note or unlisted result file.
 
@@ -21,6 +21,8 @@ Runs in about a second; ``make test`` runs it (tests/unit/test_check_results.py)
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import math
 import re
@@ -51,6 +53,7 @@ class Kept:
         self._evals: dict[str, tuple[dict, dict]] = {}
         self._pairs: dict[tuple[str, str], dict] = {}
         self.used: set[Path] = set()
+        self._ablation: dict | None = None
 
     def file(self, rel: str) -> Path:
         path = self.root / rel
@@ -89,6 +92,35 @@ class Kept:
             ra, rb = self.recomputed(a), self.recomputed(b)
             self._pairs[(a, b)] = compare_summaries(ra, rb, self.root / a, self.root / b)
         return self._pairs[(a, b)]
+
+    def ablation(self) -> dict:
+        """The word-problem study's report data, regenerated from its archived run folders (once)."""
+        if self._ablation is None:
+            import tarfile
+            import tempfile
+
+            from mathrl.ablate.report import write_study_report
+            from mathrl.ablate.study import load_study
+
+            archives = sorted((self.root / ABL / "run_archives").glob("*.tar.gz"))
+            if not archives:
+                raise NoData(f"{ABL}/run_archives/*.tar.gz are missing")
+            self._tmp = tempfile.TemporaryDirectory(prefix="check_results_")
+            out = Path(self._tmp.name) / "wordproblems_cpu"
+            out.mkdir()
+            for archive in archives:
+                self.used.add(archive)
+                with tarfile.open(archive) as tar:
+                    tar.extractall(out, filter="data")
+            study = load_study(self.file(ABL_STUDY), out=out)
+            with contextlib.redirect_stdout(io.StringIO()):  # the report prints its run table
+                self._ablation = write_study_report(study, log=lambda m: None)
+            self._ablation_dir = out
+        return self._ablation
+
+    def ablation_text(self, name: str) -> str:
+        self.ablation()
+        return (self._ablation_dir / name).read_text(encoding="utf-8")
 
     def heldout(self, rel: str) -> dict[str, float]:
         """The trainer's held-out figures (metrics log, summary.md, console) of a kept training evaluation."""
@@ -306,10 +338,85 @@ def _claims() -> list[Claim]:
         c.append(Claim(f"{rel}/compare.json", "paired differences and intervals", lambda _t: "as kept",
                        compare_json(a, b, f"{rel}/compare.json")))
         c.append(Claim(f"{rel}/compare.md", "the whole comparison", whole, compare_md(a, b, f"{rel}/compare.json")))
-    # ---- ablation reports (docs/ablations/*): claims to be added once the new statistics land (issue 40).
-    # Each report.json figure recomputes from docs/ablations/<study>/run_archives with mathrl.ablate.compare;
-    # append Claim(...) entries here and the archives to DATA_FOLDERS. docs/ablations/ is not scanned yet.
+    # the word-problem ablation study: its report regenerated from the run folders archived beside it
+    # (`mathrl ablate ... --report-only`), and README's summary of it
+    c.append(Claim(f"{ABL}/report.md", "the whole report (declared contrasts, Holm, MDE, exploratory rows)", whole,
+                   lambda k: k.ablation_text("report.md")))
+    c.append(Claim(f"{ABL}/report.json", "every group value, contrast and comparison row", lambda _t: "as kept",
+                   ablation_json))
+    for where, pattern, compute in ABLATION_README:
+        c.append(Claim("README.md", f"ablation result: {where}", phrase(pattern), compute))
     return c
+
+
+ABL, ABL_STUDY = "docs/ablations/wordproblems_cpu", "configs/ablations/wordproblems_cpu.yaml"
+
+
+def ablation_json(k: Kept) -> str:
+    kept = json.loads(k.text(f"{ABL}/report.json"))["comparisons"]
+    new = k.ablation()["comparisons"]
+    for key in ("groups", "contrasts", "rows", "primary_metric", "family_alpha"):
+        if not _close(kept.get(key), new.get(key)):
+            return f"comparisons.{key} differs from the regenerated report"
+    return "as kept"
+
+
+def _contrast(k: Kept, a: str, b: str) -> dict:
+    return next(r for r in k.ablation()["comparisons"]["contrasts"] if (r["a"], r["b"]) == (a, b))
+
+
+def _greedy(k: Kept, group: str) -> str:
+    vals = k.ablation()["comparisons"]["groups"][group]["seed_values"]["greedy"]
+    return f"{100 * sum(vals) / len(vals):.1f}"
+
+
+def _span(values: list[float], sign: str = "") -> str:
+    return f"{sign}{100 * min(values):.1f} to {sign}{100 * max(values):.1f}"
+
+
+MAIN = ("rft", "online_rft", "grpo", "ppo")
+PAIRS = (("rft", "online_rft"), ("online_rft", "grpo"), ("rft", "grpo"), ("grpo", "ppo"), ("grpo", "grpo-iterative"))
+FAMILY = (("grpo", "grpo-dynamic_sampling"), ("grpo", "grpo-dr_grpo"), ("grpo", "grpo-mb2"),
+          ("grpo-mb2", "grpo-mb2-clip_higher"))
+
+
+def _ci_text(r: dict) -> str:
+    return f"{100 * r['diff']:+.1f} [{100 * r['lo']:+.1f}, {100 * r['hi']:+.1f}]"
+
+
+ABLATION_README: list[tuple[str, str, Callable[[Kept], str]]] = [
+    ("greedy after training per method", r"\(RFT [\d.]+, online RFT [\d.]+,\s+GRPO [\d.]+, PPO [\d.]+;",
+     lambda k: "(RFT {}, online RFT {}, GRPO {}, PPO {};".format(*(_greedy(k, g) for g in MAIN))),
+    ("uncorrected p of the main methods vs before", r"uncorrected p [\d.]+-[\d.]+; iterative GRPO [\d.]+\)",
+     lambda k: "uncorrected p {:.3f}-{:.3f}; iterative GRPO {})".format(
+         min(_contrast(k, "before", g)["p"] for g in MAIN), max(_contrast(k, "before", g)["p"] for g in MAIN),
+         _greedy(k, "grpo-iterative"))),
+    ("how many declared contrasts, how many survive",
+     r"none of the \d+ declared greedy\s+contrasts \(\d+ groups against the initial model, \d+ method pairs",
+     lambda k: "none of the {} declared greedy contrasts ({} groups against the initial model, {} method pairs".format(
+         *(lambda cs: (len(cs) if not any(r["survives"] for r in cs) else "SOME",
+                       sum(r["a"] == "before" for r in cs), sum(r["a"] != "before" for r in cs)))(
+             k.ablation()["comparisons"]["contrasts"]))),
+    ("smallest Holm-adjusted p", r"smallest adjusted p [\d.]+",
+     lambda k: f"smallest adjusted p {min(r['p_holm'] for r in k.ablation()['comparisons']['contrasts']):.2f}"),
+    ("gains and their MDEs", r"gains of \+[\d.]+ to \+[\d.]+ points sit\s+below the [\d.]+-[\d.]+ points",
+     lambda k: "gains of {} points sit below the {} points".format(
+         _span([_contrast(k, "before", g)["diff"] for g in MAIN], "+"),
+         _span([_contrast(k, "before", g)["mde"] for g in MAIN]).replace(" to ", "-"))),
+    ("between-method MDEs", r"no greedy difference\s+larger than [\d.]+-[\d.]+ points",
+     lambda k: "no greedy difference larger than {} points".format(
+         _span([_contrast(k, a, b)["mde"] for a, b in PAIRS]).replace(" to ", "-"))),
+    ("exploratory pair intervals excluding 0", r"\d+ of the \d+ uncorrected method-pair\s+intervals exclude 0",
+     lambda k: "{} of the {} uncorrected method-pair intervals exclude 0".format(
+         *(lambda rows: (sum(r["lo"] > 0 or r["hi"] < 0 for r in rows), len(rows)))(
+             [r for r in k.ablation()["comparisons"]["rows"] if r["kind"] == "pair"]))),
+    ("Dr. GRPO vs GRPO", r"Dr\. GRPO\s+\([-+][\d.]+ \[[-+][\d.]+, [-+][\d.]+\] vs GRPO\)",
+     lambda k: f"Dr. GRPO ({_ci_text(_contrast(k, 'grpo', 'grpo-dr_grpo'))} vs GRPO)"),
+    ("clip-higher vs its control", r"\+[\d.]+ \[[-+][\d.]+,\s+[-+][\d.]+\] vs its control",
+     lambda k: f"{_ci_text(_contrast(k, 'grpo-mb2', 'grpo-mb2-clip_higher'))} vs its control"),
+    ("GRPO-family MDEs", r"their [\d.]+-[\d.]+-point MDEs",
+     lambda k: "their {}-point MDEs".format(_span([_contrast(k, a, b)["mde"] for a, b in FAMILY]).replace(" to ", "-"))),
+]
 
 
 # Figures withdrawn because their per-problem samples were not kept: (document, what, the note the document
@@ -337,7 +444,10 @@ WITHDRAWN: list[tuple[str, str, str]] = [
      "The held-out figures are withdrawn"),
     ("docs/results/wordproblems_vs_trl/README.md", "the series table and the three paired comparisons",
      "The SVAMP figures (the series table of both runs and the three paired comparisons) are withdrawn"),
-]
+    ("README.md", "the grpo_family and grpo_family_async held-out accuracies (the option tables keep run facts)",
+     "The held-out accuracies of these two runs are withdrawn"),
+] + [(f"docs/ablations/{name}/report.md", "the report's held-out accuracies (kept for the record)",
+      "The held-out accuracies in this report are withdrawn") for name in ("grpo_family", "grpo_family_async", "cpu_demo")]
 
 # Files under the scanned folders that hold no recomputable figure (or whose figures are listed above).
 NOT_CLAIMS: dict[str, str] = {
@@ -346,10 +456,12 @@ NOT_CLAIMS: dict[str, str] = {
     r".*/config\.yaml": "the run's resolved config",
     r".*\.sh": "the script that ran a measurement",
     rf"{DEMO}/metrics\.jsonl": "the demo's metrics log (training curve, step lines of console.txt)",
+    r"docs/ablations/(grpo_family|grpo_family_async|cpu_demo)/report\.(md|json)":
+        "a study report whose held-out accuracies are withdrawn (its report.md says so; listed in WITHDRAWN)",
     rf"{WP}/(rerun_40steps/)?metrics_summary\.md":
         "10-step means of a training metrics log that was not kept (training curves, not an evaluation)",
 }
-SCANNED = ("docs/results", "eval/results")
+SCANNED = ("docs/results", "eval/results", "docs/ablations")
 
 
 def check(root: Path, out=print) -> int:

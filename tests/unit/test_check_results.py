@@ -43,11 +43,15 @@ def test_every_recorded_figure_recomputes_from_the_kept_samples():
 
 @pytest.fixture
 def copy(tmp_path) -> Path:
-    """The files the check reads: README and docs/results/."""
+    """The files the check reads: README, docs/results/, docs/ablations/ and the word-problem study's configs."""
     root = tmp_path / "repo"
     root.mkdir()
     shutil.copy(ROOT / "README.md", root / "README.md")
     shutil.copytree(ROOT / "docs" / "results", root / "docs" / "results")
+    shutil.copytree(ROOT / "docs" / "ablations", root / "docs" / "ablations")
+    (root / "configs" / "ablations").mkdir(parents=True)
+    shutil.copy(ROOT / "configs" / "ablations" / "wordproblems_cpu.yaml", root / "configs" / "ablations")
+    shutil.copy(ROOT / "configs" / "grpo_wordproblems_cpu.yaml", root / "configs")  # the study's base
     return root
 
 
@@ -113,3 +117,23 @@ def test_missing_samples_an_unlisted_result_or_a_lost_withdrawal_note_fail(copy)
                                     encoding="utf-8")
     bad = _failures(copy)
     assert len(bad) == 1 and "three-seed" in bad[0], bad
+
+
+@pytest.mark.slow
+def test_the_ablation_summary_and_report_recompute_from_the_run_archives(copy):
+    """README's reading of the word-problem study and its kept report are what the archived run folders give:
+    an edited README figure, or a report whose Holm-adjusted p was rounded in its favour, fails."""
+    text = (copy / "README.md").read_text(encoding="utf-8")
+    assert text.count("smallest adjusted p 0.10") == 1
+    (copy / "README.md").write_text(text.replace("smallest adjusted p 0.10", "smallest adjusted p 0.04"),
+                                    encoding="utf-8")
+    bad = _failures(copy)
+    assert len(bad) == 1 and "smallest Holm-adjusted p" in bad[0], bad
+
+    (copy / "README.md").write_text(text, encoding="utf-8")
+    report = copy / "docs" / "ablations" / "wordproblems_cpu" / "report.md"
+    kept = report.read_text(encoding="utf-8")
+    assert "| 0.1044 | no |" in kept
+    report.write_text(kept.replace("| 0.1044 | no |", "| 0.0444 | yes |"), encoding="utf-8")
+    bad = _failures(copy)
+    assert len(bad) == 1 and "wordproblems_cpu/report.md" in bad[0], bad
