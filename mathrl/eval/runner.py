@@ -37,8 +37,8 @@ from mathrl.progress import Progress
 from mathrl.reward import grade_batch
 from mathrl.reward.api import GradeStream
 
-__all__ = ["EvalSettings", "evaluate_benchmark", "grade_records", "cluster_answers_batch", "summarize",
-           "regrade_records", "read_records", "samples_path", "write_records"]
+__all__ = ["EvalSettings", "evaluate_benchmark", "render_prompts", "chunk_sampling", "chunk_bounds", "grade_records",
+           "cluster_answers_batch", "summarize", "regrade_records", "read_records", "samples_path", "write_records"]
 
 Log = Callable[[str], None]
 
@@ -50,10 +50,22 @@ def _stderr(msg: str) -> None:
 # --------------------------------------------------------------------------- generation
 
 
-def _render(problems, settings: EvalSettings, tokenizer):
-
+def render_prompts(problems, settings: EvalSettings, tokenizer) -> tuple[list[str], tuple[str, ...]]:
+    """Every problem's prompt (``settings.template`` with the tokenizer's chat template) and the stop
+    strings of the engine calls (the template's, then ``settings.stop``)."""
     tpl = get_template(settings.template, system=settings.system_prompt)
-    return [tpl.render(p, tokenizer) for p in problems], tuple(tpl.stop)
+    return [tpl.render(p, tokenizer) for p in problems], tuple(dict.fromkeys(tuple(tpl.stop) + settings.stop))
+
+
+def chunk_sampling(settings: EvalSettings, stop: tuple[str, ...], chunk: int):
+    """``(sampled, greedy)``: the two :class:`mathrl.rollout.SamplingConfig` of engine chunk ``chunk``
+    (the n samples at the settings' temperature; the greedy response), seeded ``settings.seed + chunk``."""
+    from mathrl.rollout import SamplingConfig  # here: mathrl.rollout pulls torch into `mathrl eval --help` (eval.cli start-up)
+
+    seed = settings.seed + chunk
+    return (SamplingConfig(temperature=settings.temperature, top_p=settings.top_p, top_k=settings.top_k,
+                           max_tokens=settings.max_tokens, stop=stop, seed=seed),
+            SamplingConfig(temperature=0.0, top_p=1.0, top_k=-1, max_tokens=settings.max_tokens, stop=stop, seed=seed))
 
 
 def _sample_records(batch, g: int) -> list[list[dict]]:
@@ -101,11 +113,8 @@ def generate_records(engine, problems: Sequence, settings: EvalSettings, *, name
     ``journal`` (a :class:`mathrl.eval.records.ChunkJournal`): chunks it holds are taken from it, and
     each chunk generated here is added to it as soon as it is done.
     """
-    from mathrl.rollout import SamplingConfig  # here: mathrl.rollout pulls torch into `mathrl eval --help` (eval.cli start-up)
-
     rank, world = part
-    prompts, tpl_stop = _render(problems, settings, engine.tokenizer)
-    stop = tuple(dict.fromkeys(tpl_stop + settings.stop))
+    prompts, stop = render_prompts(problems, settings, engine.tokenizer)
 
     records: list[dict] = []
     t0 = time.time()
@@ -125,16 +134,13 @@ def generate_records(engine, problems: Sequence, settings: EvalSettings, *, name
             continue
         chunk = list(problems[start:end])
         chunk_prompts = prompts[start:end]
-        sp = SamplingConfig(temperature=settings.temperature, top_p=settings.top_p, top_k=settings.top_k,
-                            max_tokens=settings.max_tokens, stop=stop, seed=settings.seed + j)
+        sp, gp = chunk_sampling(settings, stop, j)
         golds = [p.gold for p in chunk]
         sampled_stream = _grade_stream(stream, golds, settings.n, settings)
         sampled = _sample_records(engine.generate(chunk_prompts, settings.n, sp, on_row=_feeder(sampled_stream)),
                                   settings.n)
         greedy: list[list[dict]] | None = None
         if settings.greedy:
-            gp = SamplingConfig(temperature=0.0, top_p=1.0, top_k=-1, max_tokens=settings.max_tokens, stop=stop,
-                                seed=settings.seed + j)
             greedy_stream = _grade_stream(stream, golds, 1, settings)
             greedy = _sample_records(engine.generate(chunk_prompts, 1, gp, on_row=_feeder(greedy_stream)), 1)
             _take_grades(greedy_stream, greedy)

@@ -247,3 +247,27 @@ def test_vllm_groups_are_streamed_as_they_finish(vllm_engine, chat_prompts):
     assert longest != sorted(longest), f"prompt order is already length order {longest}: the test shows nothing"
     order = list(dict.fromkeys(r // 3 for r, *_ in calls))
     assert [longest[g] for g in order] == sorted(longest), (order, longest)
+
+
+@pytest.mark.slow
+def test_eval_benchmark_times_the_same_engine_calls_as_mathrl_eval(vllm_engine, shared_data):
+    """scripts/bench_eval.py's raw baseline makes exactly the engine calls `mathrl eval` makes (same prompts,
+    chunks, sampling and seeds): both generate the same tokens, so its eval/raw ratio compares like with like."""
+    import sys
+    from pathlib import Path
+
+    from mathrl.data import load_problems
+    from mathrl.eval.runner import EvalSettings
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    try:
+        import bench_eval
+    finally:
+        sys.path.pop(0)
+    problems = load_problems("svamp", shared_data / "svamp" / "test.jsonl", None, limit=6)
+    settings = EvalSettings(n=3, ks=(1, 3), max_tokens=96, greedy=True, chunk_rows=9, template="chat_boxed")
+    raw = bench_eval.run_raw(vllm_engine, problems, settings)
+    ev = bench_eval.run_eval(vllm_engine, problems, settings)
+    assert len(raw["calls"]) == 4  # 2 chunks x (samples, greedy)
+    assert raw["calls"] == ev["calls"] and raw["tokens"] == ev["tokens"] > 6 * 4
+    assert raw["engine_s"] > 0 and ev["wall_s"] > 0 and ev["greedy"] is not None
