@@ -38,17 +38,16 @@ def main() -> None:
         return s
 
     loop.sample_step = recording
-    import mathrl.algo.filtering as filtering
+    import mathrl.train.sampling as sampling
 
-    real_select = filtering.select_informative
+    real_select = sampling.select_informative
 
     def select(masks, need, *, fill):  # how many informative groups this rank found, per round
         with open(os.path.join(out, f"found_rank{rank}.jsonl"), "a") as fh:
             fh.write(json.dumps([int(m.sum()) for m in masks]) + "\n")
         return real_select(masks, need, fill=fill)
 
-    filtering.select_informative = select
-    import mathrl.train.sampling as sampling
+    sampling.select_informative = select  # where the sampler looks it up (mathrl.algo.filtering's is imported there)
 
     real_sample = sampling.sample_and_grade
 
