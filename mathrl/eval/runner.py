@@ -28,10 +28,11 @@ from typing import Any, Callable, Sequence
 from mathrl.eval.metrics import (
     bootstrap_ci, cluster_answers, maj_at_k, mean, pass_at_k, wilson_interval,
 )
-from mathrl.eval.records import SAMPLES_NAME, read_records, samples_path, write_records
+from mathrl.eval.records import (
+    JOURNAL_NAME, SAMPLES_NAME, ChunkJournal, generation_key, read_records, samples_path, write_records,
+)
 from mathrl.data.sources import SOURCES
 from mathrl.data.templates import get_template
-from mathrl.eval.records import ChunkJournal, JOURNAL_NAME, generation_key
 from mathrl.eval.settings import EvalSettings
 from mathrl.progress import Progress
 from mathrl.reward import grade_batch
@@ -137,12 +138,12 @@ def generate_records(engine, problems: Sequence, settings: EvalSettings, *, name
         sp, gp = chunk_sampling(settings, stop, j)
         golds = [p.gold for p in chunk]
         sampled_stream = _grade_stream(stream, golds, settings.n, settings)
-        sampled = _sample_records(engine.generate(chunk_prompts, settings.n, sp, on_row=_feeder(sampled_stream)),
+        sampled = _sample_records(engine.generate(chunk_prompts, settings.n, sp, on_row=_on_row(sampled_stream)),
                                   settings.n)
         greedy: list[list[dict]] | None = None
         if settings.greedy:
             greedy_stream = _grade_stream(stream, golds, 1, settings)
-            greedy = _sample_records(engine.generate(chunk_prompts, 1, gp, on_row=_feeder(greedy_stream)), 1)
+            greedy = _sample_records(engine.generate(chunk_prompts, 1, gp, on_row=_on_row(greedy_stream)), 1)
             _take_grades(greedy_stream, greedy)
         _take_grades(sampled_stream, sampled)
         chunk_records = []
@@ -169,8 +170,8 @@ def _grade_stream(stream: bool, golds: list[str], n: int, settings: EvalSettings
     return GradeStream([g for g in golds for _ in range(n)], settings.grading) if stream else None
 
 
-def _feeder(stream):
-    return None if stream is None else (lambda row, text, reason: stream.put(row, text, reason == "length"))
+def _on_row(stream):
+    return None if stream is None else stream.on_row
 
 
 def _take_grades(stream, rows: list[list[dict]]) -> None:

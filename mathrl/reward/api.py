@@ -133,6 +133,11 @@ class GradeStream:
         Returns at once; never raises for bad input (it is graded like any other response)."""
         self._queue.put((int(row), response, bool(truncated)))
 
+    def on_row(self, row: int, response: str, finish_reason: str) -> None:
+        """:meth:`put` in the form of a rollout engine's ``on_row`` callback (``finish_reason == "length"`` is
+        a truncated response): pass ``stream.on_row`` to ``RolloutEngine.generate``."""
+        self.put(row, response, finish_reason == "length")
+
     def _serve(self) -> None:
         while True:
             items = [self._queue.get()]

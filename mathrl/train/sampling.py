@@ -181,7 +181,7 @@ def grade_stream(cfg: Config, req: Request):
 
 def stream_feeder(stream):
     """The ``on_row`` callback that hands a finished response to ``stream`` (None: no callback)."""
-    return None if stream is None else (lambda row, text, reason: stream.put(row, text, reason == "length"))
+    return None if stream is None else stream.on_row
 
 
 def grade_and_score(cfg: Config, req: Request, batch, times: dict[str, float], stream=None) -> Sampled:
