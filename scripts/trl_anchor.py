@@ -56,6 +56,8 @@ def pinned_trl(pyproject: Path = ROOT / "pyproject.toml") -> str | None:
 
 
 LOSS_TYPES = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
+# algo.std_normalize -> GRPOConfig.scale_rewards
+SCALE_REWARDS = {True: "group", "group": "group", "batch": "batch", False: "none"}
 
 
 def trl_config_kwargs(cfg, out: Path, micro_rows: int) -> dict:
@@ -65,9 +67,12 @@ def trl_config_kwargs(cfg, out: Path, micro_rows: int) -> dict:
     a, r, t = cfg.algo, cfg.rollout, cfg.train
     if a.name != "grpo":
         raise SystemExit(f"trl_anchor: algo.name={a.name!r}: only the GRPO recipes have a TRL counterpart here")
-    if a.loss_agg not in LOSS_TYPES:
-        raise SystemExit(f"trl_anchor: algo.loss_agg={a.loss_agg!r} has no TRL loss_type; allowed: "
+    if cfg.loss_agg not in LOSS_TYPES:
+        raise SystemExit(f"trl_anchor: algo.loss_agg={cfg.loss_agg!r} has no TRL loss_type; allowed: "
                          f"{', '.join(LOSS_TYPES)}")
+    if cfg.advantage != "grpo":
+        raise SystemExit(f"trl_anchor: algo.advantage={cfg.advantage!r}: TRL's GRPOTrainer computes GRPO's group "
+                         "advantage only (allowed here: grpo, with algo.std_normalize true/group/batch/false)")
     unmatched = [f"algo.{k}={v!r}" for k, v in (("dynamic_sampling", a.dynamic_sampling),
                                                  ("pass_rate_filter", a.pass_rate_filter)) if v]
     if unmatched:
@@ -83,8 +88,8 @@ def trl_config_kwargs(cfg, out: Path, micro_rows: int) -> dict:
         steps_per_generation=accum,            # one generation of all B x G rows per optimizer step
         num_generations=r.n, max_completion_length=r.max_tokens, temperature=r.temperature, top_p=r.top_p,
         top_k=r.top_k if r.top_k > 0 else 0,
-        beta=a.kl_coef, num_iterations=1, epsilon=a.clip_low, epsilon_high=a.clip_high,
-        loss_type=LOSS_TYPES[a.loss_agg], scale_rewards="group" if a.std_normalize else "none",
+        beta=a.kl_coef, num_iterations=1, epsilon=cfg.clip_low, epsilon_high=cfg.clip_high,
+        loss_type=LOSS_TYPES[cfg.loss_agg], scale_rewards=SCALE_REWARDS[a.std_normalize],
         mask_truncated_completions=a.mask_truncated, disable_dropout=True,
         learning_rate=t.lr, lr_scheduler_type=t.lr_schedule, warmup_steps=t.warmup_steps,
         weight_decay=t.weight_decay, max_grad_norm=t.max_grad_norm or 1e9, max_steps=t.steps,

@@ -157,6 +157,11 @@ RESULT_NEUTRAL = ("train.resume", "train.save_every", "train.keep_last", "loggin
 # memory, which is what "auto" means now (issue 40: a number is a pin since)
 SAME_AS_BEFORE = {"train.micro_batch_tokens": ((8192, "auto"),)}
 
+# settings whose default became "auto" (issue 41: the method's paper value): a run recorded with a number equal to
+# what "auto" resolves to for the study's config ran the same (a recorded ppo clip 0.2 = auto's 0.2)
+RESOLVED_AUTO = {"algo.clip_low": lambda c: c.clip_low, "algo.clip_high": lambda c: c.clip_high,
+                 "algo.loss_agg": lambda c: c.loss_agg}
+
 
 def result_config(cfg_dict: dict) -> dict:
     """The config as recorded in DONE.json, less the keys that cannot change the result."""
@@ -186,6 +191,9 @@ def config_differences(recorded: dict, cfg: Config) -> list[str]:
             if key not in o and key in d and n.get(key) == d[key]:
                 continue
             if (o.get(key), n.get(key)) in SAME_AS_BEFORE.get(f"{section}.{key}", ()):
+                continue
+            resolved = RESOLVED_AUTO.get(f"{section}.{key}")
+            if resolved is not None and n.get(key) == "auto" and o.get(key) == resolved(cfg):
                 continue
             if o.get(key) != n.get(key):
                 out.append(f"{section}.{key}")

@@ -12,15 +12,16 @@ Estimators (registered with :func:`register_estimator` in :data:`mathrl.registry
 the config name to its :class:`EstimatorSpec`; config validation, ``mathrl train --help`` and the trainer
 read it, so adding an estimator means adding one decorated function here):
 
-=============  ===========  ==========================================================
-name           level        source
-=============  ===========  ==========================================================
-grpo           sequence     DeepSeekMath, Shao et al. 2024 (arXiv:2402.03300)
-dr_grpo        sequence     Dr. GRPO, Liu et al. 2025 (arXiv:2503.20783)
-rloo           sequence     RLOO, Ahmadian et al. 2024 (arXiv:2402.14740)
-reinforce_pp   token        REINFORCE++, Hu 2025 (arXiv:2501.03262)
-gae            token        GAE, Schulman et al. 2016 (arXiv:1506.02438)
-=============  ===========  ==========================================================
+=====================  ===========  ==========================================================
+name                   level        source
+=====================  ===========  ==========================================================
+grpo                   sequence     DeepSeekMath, Shao et al. 2024 (arXiv:2402.03300)
+dr_grpo                sequence     Dr. GRPO, Liu et al. 2025 (arXiv:2503.20783)
+rloo                   sequence     RLOO, Ahmadian et al. 2024 (arXiv:2402.14740)
+reinforce_pp           token        REINFORCE++, Hu 2025 (arXiv:2501.03262)
+reinforce_pp_baseline  token        REINFORCE++-baseline (the same paper, later versions)
+gae                    token        GAE, Schulman et al. 2016 (arXiv:1506.02438)
+=====================  ===========  ==========================================================
 
 Sequence-level estimators take ``(scores[N], group_index[N])`` and return ``[N]``;
 turn them into per-token advantages with :func:`broadcast_to_tokens`. Token-level
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, TypeVar
+from typing import Any, Callable, Literal, TypeVar, Union
 
 import torch
 from torch import Tensor
@@ -56,6 +57,8 @@ __all__ = [
     "rloo",
     "reinforce_pp",
     "gae",
+    "global_std",
+    "StdNormalize",
     "token_level_rewards",
     "sequence_kl_scores",
     "broadcast_to_tokens",
@@ -83,6 +86,11 @@ class EstimatorSpec:
     * ``level="token"``, no critic: ``fn(token_rewards [N, T], mask, *, reduce, **params) -> [N, T]``;
     * ``level="token"``, ``needs_critic``: ``fn(token_rewards, values, mask, **params) -> (advantages,
       returns)``; the advantages are then whitened over the global batch when ``whiten``.
+
+    ``global_stats``: a sequence-level ``fn`` also takes ``reduce`` (statistics over the global batch).
+    ``group_baseline``: a token-level estimator's scores are centred on their group's mean first.
+    ``loss_agg``: the loss aggregation of the estimator's paper, what ``algo.loss_agg: auto`` resolves to
+    (None: the policy loss's).
     """
 
     name: str
@@ -93,11 +101,15 @@ class EstimatorSpec:
     params: tuple[str, ...]
     whiten: bool
     doc: str
+    global_stats: bool = False
+    group_baseline: bool = False
+    loss_agg: str | None = None
 
 
 def register_estimator(name: str, *, level: Literal["sequence", "token"], needs_critic: bool = False,
                        min_group: int = 1, params: tuple[str, ...] = (), whiten: bool = False,
-                       doc: str | None = None) -> Callable[[F], F]:
+                       doc: str | None = None, global_stats: bool = False, group_baseline: bool = False,
+                       loss_agg: str | None = None) -> Callable[[F], F]:
     """Register the decorated function as the advantage estimator ``name`` (returned unchanged).
 
     ``level``: "sequence" (one advantage per response, broadcast to its tokens; a KL in the reward is
@@ -107,11 +119,15 @@ def register_estimator(name: str, *, level: Literal["sequence", "token"], needs_
     ``params``: names of ``cfg.algo`` fields passed as keyword arguments (see :func:`estimator_params`).
     ``whiten``: whiten a critic estimator's advantages with global-batch statistics.
     ``doc``: one line for ``--help`` (default: the first line of the function's docstring).
+    ``global_stats``, ``group_baseline``, ``loss_agg``: see :class:`EstimatorSpec`.
     """
     if level not in ("sequence", "token"):
         raise ValueError(f"estimator {name!r}: level must be 'sequence' or 'token', got {level!r}")
     if needs_critic and level != "token":
         raise ValueError(f"estimator {name!r}: a critic estimator must be token level")
+    if global_stats and level != "sequence" or group_baseline and (level != "token" or needs_critic):
+        raise ValueError(f"estimator {name!r}: global_stats is for sequence-level estimators, group_baseline for "
+                         "token-level ones without a critic")
     if min_group < 1:
         raise ValueError(f"estimator {name!r}: min_group must be >= 1, got {min_group}")
     if name == "auto" or name in ESTIMATORS:
@@ -121,7 +137,8 @@ def register_estimator(name: str, *, level: Literal["sequence", "token"], needs_
         line = doc if doc is not None else ((fn.__doc__ or "").strip().splitlines() or [""])[0]
         ESTIMATORS.register(name, EstimatorSpec(name=name, fn=fn, level=level, needs_critic=needs_critic,
                                                 min_group=min_group, params=tuple(params), whiten=whiten,
-                                                doc=line.strip()))
+                                                doc=line.strip(), global_stats=global_stats,
+                                                group_baseline=group_baseline, loss_agg=loss_agg))
         return fn
 
     return deco
@@ -260,38 +277,66 @@ def _group_stats(
 # --------------------------------------------------------------------------- sequence level
 
 
-@register_estimator("grpo", level="sequence", min_group=2, params=("std_normalize",))
+StdNormalize = Union[bool, Literal["group", "batch"]]
+"""``algo.std_normalize``: True / "group" (the group's std), "batch" (the global batch's), False (none)."""
+
+
+@register_estimator("grpo", level="sequence", min_group=2, params=("std_normalize",), global_stats=True)
 def grpo(
-    scores: Tensor, group_index: Tensor, *, std_normalize: bool = True, eps: float = 1e-6
+    scores: Tensor, group_index: Tensor, *, std_normalize: StdNormalize = True, eps: float = 1e-6,
+    reduce: Reduce | None = None,
 ) -> Tensor:
     """Group-relative advantage of GRPO (DeepSeekMath, Shao et al. 2024, eq. 3 / sec. 4.1.2).
 
     For response ``i`` in group ``g`` with ``n_g`` responses::
 
-        A_i = (r_i - mean_g(r)) / (std_g(r) + eps)     if std_normalize
-        A_i =  r_i - mean_g(r)                         otherwise (Dr. GRPO)
+        A_i = (r_i - mean_g(r)) / (std_g(r) + eps)     std_normalize = True or "group"
+        A_i = (r_i - mean_g(r)) / (std_B(r) + eps)     std_normalize = "batch"
+        A_i =  r_i - mean_g(r)                         std_normalize = False (Dr. GRPO)
 
-    ``std_g`` is the *unbiased* standard deviation (divisor ``n_g - 1``, torch's
-    default, as in the DeepSeekMath/verl/TRL implementations). A group of one response
-    gets advantage 0 (there is nothing to compare with). A group whose scores are all
-    equal gets exactly 0 in both variants. Adding a constant to every score of a group does
+    ``std_g`` is the *unbiased* standard deviation of the group (divisor ``n_g - 1``, torch's
+    default, as in the DeepSeekMath/verl/TRL implementations); ``std_B`` that of every score of the
+    batch (TRL's ``scale_rewards="batch"``; with ``reduce`` (:data:`Reduce`) the global batch over all
+    ranks). A group of one response gets advantage 0 (there is nothing to compare with). A group whose
+    scores are all equal gets exactly 0 in every variant. Adding a constant to every score of a group does
     not change its advantages. Returns ``[N]`` in the scores' floating dtype.
     """
+    if std_normalize not in (True, False, "group", "batch"):
+        raise ValueError(f"std_normalize must be true, false, 'group' or 'batch', got {std_normalize!r}")
     mean, _, std, informative = _group_stats(scores, group_index)
     adv = scores.to(mean.dtype) - mean
-    if std_normalize:
+    if std_normalize == "batch":
+        adv = adv / (global_std(scores.to(mean.dtype), reduce) + eps)
+    elif std_normalize:
         adv = adv / (std + eps)
     return torch.where(informative, adv, torch.zeros_like(adv))
 
 
-@register_estimator("dr_grpo", level="sequence", min_group=2)
+def global_std(x: Tensor, reduce: Reduce | None = None) -> Tensor:
+    """The unbiased std of every element of ``x`` (``[N]``), over all ranks with ``reduce``: the sum and count
+    summed first, then the squared deviations from the global mean (float64, so the value does not depend
+    on how the batch is split). 0 for fewer than two elements. A 0-dim tensor in ``x``'s dtype."""
+    x64 = x.detach().to(torch.float64).flatten()
+    sums = torch.stack([x64.sum(), torch.tensor(float(x64.numel()), dtype=torch.float64, device=x.device)])
+    if reduce is not None:
+        sums = reduce(sums)
+    n, mean = sums[1], sums[0] / sums[1].clamp(min=1)
+    sq = ((x64 - mean) ** 2).sum().reshape(1)
+    if reduce is not None:
+        sq = reduce(sq)
+    var = torch.where(n > 1, sq[0] / (n - 1).clamp(min=1), torch.zeros((), dtype=torch.float64, device=x.device))
+    return var.sqrt().to(x.dtype)
+
+
+@register_estimator("dr_grpo", level="sequence", min_group=2, loss_agg="seq-mean-token-sum-norm")
 def dr_grpo(scores: Tensor, group_index: Tensor) -> Tensor:
     """Dr. GRPO advantage (Liu et al. 2025, "Understanding R1-Zero-Like Training").
 
     ``A_i = r_i - mean_g(r)``: GRPO without the division by the group std, which
-    Dr. GRPO identifies as a question-difficulty bias. (Its other fix, dropping the
-    ``1/|o_i|`` length normaliser, is the loss aggregation mode
-    ``seq-mean-token-sum-norm`` in :mod:`mathrl.algo.losses`.) Groups of one get 0.
+    Dr. GRPO identifies as a question-difficulty bias. Its other fix, dropping the
+    ``1/|o_i|`` length normaliser, is the loss aggregation mode ``seq-mean-token-sum-norm``
+    in :mod:`mathrl.algo.losses`, what ``algo.loss_agg: auto`` gives with this estimator.
+    Groups of one get 0.
     """
     return grpo(scores, group_index, std_normalize=False)
 
@@ -342,6 +387,12 @@ def reinforce_pp(token_rewards: Tensor, mask: Tensor, *, gamma: float = 1.0, red
         running = torch.where(valid, token_rewards[:, t] + gamma * running, running)
         returns[:, t] = running
     return masked_whiten(returns, m, reduce=reduce)
+
+
+register_estimator(
+    "reinforce_pp_baseline", level="token", min_group=2, params=("gamma",), group_baseline=True,
+    doc="REINFORCE++-baseline (Hu et al. 2025): each score minus its group's mean, then REINFORCE++'s return and "
+    "global whitening")(reinforce_pp)
 
 
 @register_estimator("gae", level="token", needs_critic=True, params=("gamma", "lam"), whiten=True)
@@ -495,8 +546,10 @@ def estimate_advantages(name: str, scores: Tensor, group_index: Tensor, mask: Te
     if spec.level == "sequence":
         if kl_tokens is not None and kl_coef:
             scores = sequence_kl_scores(scores, kl_tokens, mask, kl_coef)
-        seq = spec.fn(scores, group_index, **params)
+        seq = spec.fn(scores, group_index, **params, **({"reduce": reduce} if spec.global_stats else {}))
         return broadcast_to_tokens(seq, mask), None
+    if spec.group_baseline:  # REINFORCE++-baseline: the outcome score relative to its group's mean
+        scores = scores - _group_stats(scores, group_index)[0]
     rewards = token_level_rewards(scores, mask, kl=kl_tokens, kl_coef=kl_coef)
     if not spec.needs_critic:
         return spec.fn(rewards, mask, reduce=reduce, **params), None

@@ -212,8 +212,8 @@ def _check_policy_args(logp: Tensor, old_logp: Tensor, advantages: Tensor, clip_
         )
     if weights is not None and weights.shape != logp.shape:
         raise ValueError(f"weights must have the [N, T] shape {tuple(logp.shape)}, got {tuple(weights.shape)}")
-    if not 0.0 <= clip_low < 1.0:
-        raise ValueError(f"clip_low must be in [0, 1), got {clip_low}")
+    if not 0.0 <= clip_low <= 1.0:
+        raise ValueError(f"clip_low must be in [0, 1] (1 = no lower bound), got {clip_low}")
     if not clip_high >= 0.0:
         raise ValueError(f"clip_high must be >= 0, got {clip_high}")
     if dual_clip is not None and not dual_clip > 1.0:
@@ -363,8 +363,8 @@ def cispo_loss(
     advantages: Tensor,
     mask: Tensor,
     *,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
+    clip_low: float = 1.0,
+    clip_high: float = 0.28,
     dual_clip: float | None = None,
     agg: str = "token-mean",
     norm_tokens: float | Tensor | None = None,
@@ -377,8 +377,11 @@ def cispo_loss(
         l = -sg[clip(rho, 1 - clip_low, 1 + clip_high)] * A * logp
 
     The gradient ``-clip(rho) * A * grad logp`` equals PPO's unclipped one inside the range, and outside
-    it every token still contributes with a bounded weight (PPO drops those tokens' gradient). MiniMax
-    leaves the lower side open: a ``clip_low`` close to 1 does the same. ``dual_clip`` must be None
+    it every token still contributes with a bounded weight (PPO drops those tokens' gradient). MiniMax-M1
+    imposes no lower bound on the weight ("we did not impose a lower bound ... only tuned epsilon_high"):
+    ``clip_low = 1.0`` (the default) is exactly that, the weight may fall to 0; its ``epsilon_high`` is not
+    published, 0.28 (DAPO's clip-higher, Trinity-RFT's CISPO default) is the default. The objective is
+    normalised by the step's total token count, ``agg = "token-mean"``. ``dual_clip`` must be None
     (the weight is already bounded); ``weights`` and ``stats`` as in :func:`policy_loss`
     (``clipfrac_*``: where the weight was cut).
     """
@@ -398,14 +401,19 @@ def cispo_loss(
     return loss, _ratio_stats(r, log_ratio, m, low, high, torch.zeros_like(m))
 
 
-# ``algo.policy_loss`` name -> loss function; all share :func:`policy_loss`'s signature.
-POLICY_LOSSES.register("ppo", policy_loss, doc="token-level clipped ratio (PPO, Schulman et al. 2017)")
+# ``algo.policy_loss`` name -> loss function; all share :func:`policy_loss`'s signature. ``settings``: the paper's
+# clip range and aggregation, what ``algo.clip_low``/``clip_high``/``loss_agg: auto`` resolve to
+# (:attr:`mathrl.config.Config.clip_low`), and equal to the function's own defaults (tested).
+POLICY_LOSSES.register("ppo", policy_loss, doc="token-level clipped ratio (PPO, Schulman et al. 2017)",
+                       settings={"clip_low": 0.2, "clip_high": 0.2, "loss_agg": "token-mean"})
 POLICY_LOSSES.register(
     "gspo", gspo_loss, doc="one ratio per response, the geometric mean of its token ratios, clipped per response "
-    "(Zheng et al. 2025; use loss_agg=seq-mean-token-mean and the paper's clip_low=3e-4, clip_high=4e-4)")
+    "(Zheng et al. 2025; auto settings: clip 3e-4/4e-4, seq-mean-token-mean)",
+    settings={"clip_low": 3e-4, "clip_high": 4e-4, "loss_agg": "seq-mean-token-mean"})
 POLICY_LOSSES.register(
     "cispo", cispo_loss, doc="the clipped ratio as a constant weight on every token's logprob gradient, so clipped "
-    "tokens still learn (MiniMax-M1 2025)")
+    "tokens still learn (MiniMax-M1 2025; auto settings: no lower bound, clip_high 0.28, token-mean)",
+    settings={"clip_low": 1.0, "clip_high": 0.28, "loss_agg": "token-mean"})
 
 
 def value_loss(

@@ -9,6 +9,10 @@ setting                ``auto`` means
 ``algo.advantage``     grpo for ``algo.name=grpo``, gae for ppo (:attr:`Config.advantage`)
 ``algo.kl_in``         the reward for a token-level estimator, else the loss (:attr:`Config.kl_in`)
 ``algo.kl_estimator``  k1 with the KL in the reward, k3 in the loss (:attr:`Config.kl_estimator`)
+``algo.clip_low``      the policy loss's paper value: ppo 0.2, gspo 3e-4, cispo 1.0 (:attr:`Config.clip_low`)
+``algo.clip_high``     ppo 0.2, gspo 4e-4, cispo 0.28 (:attr:`Config.clip_high`)
+``algo.loss_agg``      seq-mean-token-sum-norm for dr_grpo, seq-mean-token-mean for gspo, else token-mean
+                       (:attr:`Config.loss_agg`)
 =====================  =====================================================================================
 
 ``rollout.backend: auto`` (vLLM where it can be started, else hf) needs to try the vLLM interpreter, so the
@@ -88,15 +92,21 @@ class Resolved:
     kl_in: str
     kl_estimator: str
     machine: Machine
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    loss_agg: str = "token-mean"
 
-    def changed(self, cfg: Config) -> dict[str, str]:
+    def changed(self, cfg: Config) -> dict[str, str | float]:
         """``key -> value`` for the settings that were ``auto`` in ``cfg`` (what a run should say it decided)."""
         asked = {"model.dtype": (cfg.model.dtype, self.model_dtype),
                  "model.autocast": (cfg.model.autocast, self.autocast),
                  "rollout.dtype": (cfg.rollout.dtype, self.rollout_dtype),
                  "algo.advantage": (cfg.algo.advantage, self.advantage),
                  "algo.kl_in": (cfg.algo.kl_in, self.kl_in),
-                 "algo.kl_estimator": (cfg.algo.kl_estimator, self.kl_estimator)}
+                 "algo.kl_estimator": (cfg.algo.kl_estimator, self.kl_estimator),
+                 "algo.clip_low": (cfg.algo.clip_low, self.clip_low),
+                 "algo.clip_high": (cfg.algo.clip_high, self.clip_high),
+                 "algo.loss_agg": (cfg.algo.loss_agg, self.loss_agg)}
         return {k: v for k, (a, v) in asked.items() if a == "auto"}
 
     def to_dict(self) -> dict:
@@ -108,4 +118,5 @@ def resolve(cfg: Config, machine: Machine | None = None) -> Resolved:
     m = machine or Machine.here()
     return Resolved(model_dtype=model_dtype(cfg.model.dtype, m), autocast=autocast(cfg.model.autocast, m),
                     rollout_dtype=rollout_dtype(cfg, m), advantage=cfg.advantage, kl_in=cfg.kl_in,
-                    kl_estimator=cfg.kl_estimator, machine=m)
+                    kl_estimator=cfg.kl_estimator, machine=m, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
+                    loss_agg=cfg.loss_agg)

@@ -9,7 +9,8 @@ registry choices); the rules here need more than one field, or a fact of the run
   the DeepSpeed configs can train in;
 * :func:`refuse_for_method` -- settings a training method cannot honour (asynchronous rollout with RFT);
 * :func:`warnings` -- valid settings that have no effect in the run (printed once before any work:
-  :func:`inert_settings`) or that leave something uncorrected.
+  :func:`inert_settings`), that differ from the method's paper (:func:`off_paper_settings`) or that leave
+  something uncorrected.
 
 Each message names the key and value at fault and the fix. A leaf module: it reads the registries
 (:mod:`mathrl.registry`) for the estimators' and sources' facts and imports nothing above :mod:`mathrl.config`.
@@ -24,7 +25,7 @@ from mathrl.config.errors import ConfigError
 from mathrl.config.schema import Config
 from mathrl.registry import ESTIMATORS, SOURCES
 
-__all__ = ["inert_settings", "refuse", "refuse_for_method", "refuse_for_training", "warnings"]
+__all__ = ["inert_settings", "off_paper_settings", "refuse", "refuse_for_method", "refuse_for_training", "warnings"]
 
 
 def refuse(cfg: Config) -> None:
@@ -52,6 +53,11 @@ def refuse(cfg: Config) -> None:
                           f"learned, so it needs rollout.n >= {spec.min_group}; fix: set "
                           f"rollout.n={max(8, spec.min_group)} (or more), or use an estimator with a baseline "
                           f"across prompts: {alt}algo.name=ppo (critic)")
+    if cfg.algo.std_normalize is not True and "std_normalize" not in spec.params:
+        takes = [s.name for s in ESTIMATORS.values() if "std_normalize" in s.params]
+        raise ConfigError(f"algo.std_normalize = {cfg.algo.std_normalize!r} with algo.advantage resolving to "
+                          f"{spec.name!r}: only {', '.join(takes)} reads algo.std_normalize, so the setting would be "
+                          f"ignored; use algo.advantage={takes[0]} with it, or leave algo.std_normalize at true")
     if cfg.algo.dynamic_sampling and spec.min_group < 2:
         group_est = [s.name for s in ESTIMATORS.values() if s.min_group >= 2]
         raise ConfigError(f"algo.dynamic_sampling = true with algo.advantage resolving to {spec.name!r}: dynamic "
@@ -141,11 +147,37 @@ def refuse_for_method(cfg: Config, method: str, *, sft: bool) -> None:
 def warnings(cfg: Config, *, rl: bool = True) -> list[str]:
     """Warnings about ``cfg`` for an RL run (``rl``) or an RFT run: :func:`inert_settings` and, for RL,
     asynchronous rollout without a correction."""
-    msgs = inert_settings(cfg) if rl else []
+    msgs = inert_settings(cfg) + off_paper_settings(cfg) if rl else []
     if rl and cfg.rollout.staleness and cfg.algo.tis_cap is None:
-        msgs.append("rollout.staleness = 1 without algo.tis_cap: the batches come from weights one step old and "
-                    "nothing corrects for it beyond the PPO clip; set algo.tis_cap (2.0 is usual)")
+        msgs.append("rollout.staleness = 1 without algo.tis_cap: every batch was sampled by the weights one "
+                    "optimizer step old and nothing corrects for it: the PPO ratio is taken against the "
+                    "trainer's current weights (exactly 1 with one update per batch), so its clip never sees the "
+                    "staleness; set algo.tis_cap (2.0 is usual) to weight each token by pi_current / pi_sampler")
     return msgs
+
+
+def off_paper_settings(cfg: Config) -> list[str]:
+    """Warnings for explicit settings that differ from the chosen method's paper in a way that changes what it
+    computes (the ``auto`` values are the papers'; see :attr:`Config.clip_low`, :attr:`Config.loss_agg`)."""
+    a, out = cfg.algo, []
+    if a.policy_loss == "gspo":
+        wide = [f"algo.{k} = {getattr(a, k)}" for k in ("clip_low", "clip_high")
+                if getattr(a, k) != "auto" and float(getattr(a, k)) > 0.01]
+        if wide:
+            out.append(f"{' and '.join(wide)} with algo.policy_loss = gspo: GSPO clips one ratio per response, the "
+                       "geometric mean of its token ratios, which stays within about 1e-3 of 1, so a clip this wide "
+                       "almost never binds and the update is an unclipped sequence-level policy gradient; the paper "
+                       "uses 3e-4 / 4e-4 (set algo.clip_low=auto algo.clip_high=auto)")
+        if a.loss_agg not in ("auto", "seq-mean-token-mean"):
+            out.append(f"algo.loss_agg = {a.loss_agg} with algo.policy_loss = gspo: GSPO averages each response's "
+                       "tokens, then the responses (seq-mean-token-mean); this aggregation weights responses by "
+                       "their length instead (set algo.loss_agg=auto)")
+    spec = ESTIMATORS[cfg.advantage]
+    if spec.loss_agg is not None and a.loss_agg not in ("auto", spec.loss_agg):
+        out.append(f"algo.loss_agg = {a.loss_agg} with algo.advantage = {spec.name}: the estimator's paper "
+                   f"aggregates with {spec.loss_agg} (Dr. GRPO removes the 1/|o_i| length normaliser as well as "
+                   "the std); set algo.loss_agg=auto, or keep this to study the aggregation on its own")
+    return out
 
 
 def inert_settings(cfg: Config) -> list[str]:

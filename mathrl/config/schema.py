@@ -265,18 +265,28 @@ class AlgoConfig:
         "DeepSeekMath) and the per-token reward for the token-level ones (gae: PPO; reinforce_pp: "
         "REINFORCE++). 'reward' with a group estimator subtracts beta * sum_t KL_t from each response's "
         "score before the group baseline (the RLOO paper's sequence-level KL reward).")
-    clip_low: float = option(0.2, "PPO ratio clip below 1 (epsilon).", ge=0.0, lt=1.0)
-    clip_high: float = option(0.2, "PPO ratio clip above 1; > clip_low is DAPO's clip-higher (0.28).", ge=0.0,
-                              lt=10.0)
+    clip_low: Union[float, Literal["auto"]] = option(
+        "auto", "Ratio clip below 1 (epsilon_low): the ratio is cut at 1 - clip_low. auto = the policy loss's "
+        "paper value (ppo 0.2; gspo 3e-4, GSPO's sequence ratio; cispo 1.0 = no lower bound, MiniMax-M1). "
+        "1.0 means no lower bound.", ge=0.0, le=1.0)
+    clip_high: Union[float, Literal["auto"]] = option(
+        "auto", "Ratio clip above 1 (epsilon_high); above clip_low is DAPO's clip-higher (0.28). auto = the policy "
+        "loss's paper value (ppo 0.2; gspo 4e-4; cispo 0.28).", ge=0.0, lt=10.0)
     dual_clip: Optional[float] = option(None, "Dual-clip constant c > 1 bounding the loss for negative "
                                         "advantages (None = off).", gt=1.0)
     loss_agg: str = option(
-        "token-mean", "Loss aggregation (mathrl/algo/losses.py). token-mean uses the global token count of the "
-        "whole optimizer step, so gradients do not depend on micro-batching or world size.",
-        choices=registry_choices(LOSS_AGG_MODES))
+        "auto", "Loss aggregation (mathrl/algo/losses.py). token-mean uses the global token count of the whole "
+        "optimizer step, so gradients do not depend on micro-batching or world size. auto = what the method's "
+        "paper uses: seq-mean-token-sum-norm for algo.advantage=dr_grpo (Dr. GRPO), seq-mean-token-mean for "
+        "algo.policy_loss=gspo (GSPO), token-mean otherwise (DAPO; CISPO).",
+        choices=registry_choices(LOSS_AGG_MODES, "auto"))
     norm_const: Optional[float] = option(None, "Constant normaliser for seq-mean-token-sum-norm (Dr. GRPO); "
                                          "default rollout.max_tokens.", gt=0.0)
-    std_normalize: bool = option(True, "Divide group advantages by the group std (False = Dr. GRPO).")
+    std_normalize: Union[bool, Literal["group", "batch"]] = option(
+        True, "How grpo divides the centred rewards: true or 'group' = by the group's std (DeepSeekMath), 'batch' = "
+        "by the std of all rewards of the step's global batch (TRL's scale_rewards='batch'), false = not at all (as "
+        "Dr. GRPO; reinforce_pp_baseline whitens over the batch instead). Only grpo reads it: with another "
+        "estimator a value other than true is refused.")
     entropy_coef: float = option(0.0, "Entropy bonus weight.", ge=0.0)
     ppo_epochs: int = option(1, "Passes over each batch. With 1 epoch and on-policy sampling the old logprobs "
                              "equal the current ones and are not recomputed.", ge=1)
@@ -452,6 +462,31 @@ class Config:
             return self.algo.kl_in
         spec = ESTIMATORS.get(self.advantage, None)
         return "reward" if spec is not None and spec.level == "token" else "loss"
+
+    @property
+    def clip_low(self) -> float:
+        """``algo.clip_low``; ``auto`` = the policy loss's paper value (its registered ``settings``)."""
+        if self.algo.clip_low != "auto":
+            return float(self.algo.clip_low)
+        return float(POLICY_LOSSES.meta(self.algo.policy_loss)["settings"]["clip_low"])
+
+    @property
+    def clip_high(self) -> float:
+        """``algo.clip_high``; ``auto`` = the policy loss's paper value (its registered ``settings``)."""
+        if self.algo.clip_high != "auto":
+            return float(self.algo.clip_high)
+        return float(POLICY_LOSSES.meta(self.algo.policy_loss)["settings"]["clip_high"])
+
+    @property
+    def loss_agg(self) -> str:
+        """``algo.loss_agg``; ``auto`` = the estimator's paper aggregation if it has one (Dr. GRPO), else the
+        policy loss's (GSPO: seq-mean-token-mean; PPO, CISPO: token-mean)."""
+        if self.algo.loss_agg != "auto":
+            return self.algo.loss_agg
+        spec = ESTIMATORS.get(self.advantage, None)
+        if spec is not None and spec.loss_agg is not None:
+            return spec.loss_agg
+        return str(POLICY_LOSSES.meta(self.algo.policy_loss)["settings"]["loss_agg"])
 
     @property
     def kl_estimator(self) -> str:

@@ -62,7 +62,8 @@ from mathrl.train.models import (Models, generation_weights, iterative_reference
 from mathrl.train.sampling import sample_records, sample_step, sampling_seed
 from mathrl.train.trainer import Method, Trainer
 from mathrl.train.rows import ForwardBatch
-from mathrl.train.update import TrainBatch, sampling_temperature, step_metrics, update_critic, update_policy
+from mathrl.train.update import (TrainBatch, behaviour_logprobs, sampling_temperature, step_metrics, update_critic,
+                                 update_policy)
 from mathrl.rollout import colocate
 
 
@@ -135,8 +136,8 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
 
     # 5. advantages (the KL goes into the reward here when kl_in = reward)
     kl_reward = None
-    if ref_logp is not None and cfg.kl_in == "reward":
-        kl_reward = kl_mod.estimate(old_logp, ref_logp, cfg.kl_estimator)
+    if ref_logp is not None and cfg.kl_in == "reward":  # the sampling policy's KL (staleness: the engine's logprobs)
+        kl_reward = kl_mod.estimate(behaviour_logprobs(cfg, batch, old_logp), ref_logp, cfg.kl_estimator)
     advantages, returns = compute_advantages(cfg, s.scores, batch.group_index, mask, kl_reward, values)
     if sample_log is not None and cfg.logging.log_samples:
         sample_log(state.step + 1, sample_records(s, advantages, mask, cfg.logging.log_samples))

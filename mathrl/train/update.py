@@ -49,6 +49,16 @@ def sampling_temperature(r) -> float:
     return r.temperature if r.temperature > 0 else 1.0
 
 
+def behaviour_logprobs(cfg: Config, batch: RolloutBatch, old_logp: torch.Tensor | None) -> torch.Tensor:
+    """The logprobs of the policy that sampled ``batch``, for the KL to the reference in the reward and in
+    ``kl/mean``: the trainer's no-grad forward (``old_logp``) when the batch was sampled with the current weights,
+    the rollout engine's own logprobs under asynchronous rollout (``rollout.staleness = 1``: the batch came
+    from the weights one optimizer step old, which the trainer no longer holds) or when the forward was skipped."""
+    if cfg.rollout.staleness or old_logp is None:
+        return batch.logprobs
+    return old_logp
+
+
 def finite(x: torch.Tensor) -> bool:
     """No NaN/inf anywhere in ``x`` (one host sync)."""
     return bool(torch.isfinite(x).all())
@@ -176,10 +186,10 @@ def update_policy(cfg: Config, dist, models, tb: TrainBatch, plan, norms, stats_
             for k, v in mismatch_stats(old, sampler, mb.response_mask).items():
                 _acc(stats_acc, k, v)
         ref = to_device(ref_logp[rows, : mb.T], logp.device) if ref_logp is not None and cfg.kl_in == "loss" else None
-        obj = policy_objective(logp, old, adv, m, loss=a.policy_loss, clip_low=a.clip_low, clip_high=a.clip_high,
+        obj = policy_objective(logp, old, adv, m, loss=a.policy_loss, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
                                dual_clip=a.dual_clip, weights=weights, ref_logp=ref, kl_coef=a.kl_coef,
                                kl_estimator=cfg.kl_estimator, entropy=ent, entropy_coef=a.entropy_coef,
-                               agg=a.loss_agg, norm_tokens=norms.tokens, norm_seqs=norms.seqs,
+                               agg=cfg.loss_agg, norm_tokens=norms.tokens, norm_seqs=norms.seqs,
                                norm_const=tb.norm_const)
         loss, pg_loss, kl_loss, st = obj
         if real:
@@ -214,7 +224,7 @@ def update_critic(cfg: Config, dist, models, tb: TrainBatch, plan, norms, stats_
         m = mb.response_mask
         loss, st = value_loss(v, to_device(tb.old_values[rows, : mb.T], v.device),
                               to_device(tb.returns[rows, : mb.T], v.device),
-                              m, clip=a.value_clip or None, agg=a.loss_agg, norm_tokens=norms.tokens,
+                              m, clip=a.value_clip or None, agg=cfg.loss_agg, norm_tokens=norms.tokens,
                               norm_seqs=norms.seqs, norm_const=tb.norm_const)  # value_clip 0 = no clipping
         if real:
             for k, val in st.items():
@@ -258,8 +268,7 @@ def step_metrics(cfg: Config, sampled, tb: TrainBatch, stats_acc: dict[str, list
         out["rollout/logprob_diff_max"] = float(diff.max()) if diff.numel() else 0.0
         out["rollout/logprob_diff_mean"] = float(diff.mean()) if diff.numel() else 0.0
     if ref_logp is not None:
-        sampler_logp = batch.logprobs if old_logp is None else old_logp
-        kl = kl_mod.estimate(sampler_logp, ref_logp, cfg.kl_estimator)
+        kl = kl_mod.estimate(behaviour_logprobs(cfg, batch, old_logp), ref_logp, cfg.kl_estimator)
         out["kl/mean"] = float((kl * mask).sum() / mask.sum().clamp(min=1))
     for k, v in host_stats(stats_acc).items():
         vals = [x for x in v if math.isfinite(x)]

@@ -258,7 +258,7 @@ def test_command_line_overrides_reach_every_run_and_the_worker_commands(tmp_path
     assert [r.name for r in s.runs if run_config(s, r).algo.dynamic_sampling] == ["grpo-dynamic_sampling-seed0"]
     # clip-higher against the same GRPO with 4 updates per step, where the clip can act (not on one update)
     higher, mb2 = run_config(s, s.run("grpo-mb2-clip_higher-seed0")), run_config(s, s.run("grpo-mb2-seed0"))
-    assert (higher.algo.clip_high, higher.train.mini_batch_size, mb2.algo.clip_high) == (0.28, 2, 0.2)
+    assert (higher.algo.clip_high, higher.train.mini_batch_size, mb2.clip_high) == (0.28, 2, 0.2)
     assert [r.name for r in s.runs if inert_settings(run_config(s, r))] == []
     assert ablate_main([str(path), "--print-commands", "--out", str(tmp_path / "o"), f"data.path={asdiv}"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()

@@ -90,8 +90,9 @@ def test_shipped_studies_load():
     assert run_config(gpu, gpu.run("grpo-G16")).rollout.n == 16
     higher = run_config(gpu, gpu.run("grpo-mb16-clip_higher"))
     assert higher.algo.clip_high == 0.28 and higher.train.mini_batch_size == 16
+    assert run_config(gpu, gpu.run("grpo-mb16")).clip_high == 0.2  # auto: PPO's
     assert run_config(gpu, gpu.run("grpo-mb16")).to_dict() == {
-        **higher.to_dict(), "algo": {**higher.to_dict()["algo"], "clip_high": 0.2},
+        **higher.to_dict(), "algo": {**higher.to_dict()["algo"], "clip_low": "auto", "clip_high": "auto"},
         "train": {**higher.to_dict()["train"], "output_dir": run_config(gpu, gpu.run("grpo-mb16")).train.output_dir}}
     # no run of the GPU study carries a setting that cannot act (clip-higher with one update per batch)
     assert [r.name for r in gpu.runs if inert_settings(run_config(gpu, r))] == []

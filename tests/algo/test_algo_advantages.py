@@ -91,6 +91,38 @@ def test_grpo_by_hand():
     close(dr_grpo(scores, group), [0.5, 0, -0.5, 0, -0.5, 0.5, 0])
 
 
+def test_grpo_batch_std_by_hand():
+    """std_normalize = "batch" (TRL's scale_rewards="batch"): the centred rewards divided by the std of all
+    eight rewards of the batch, 0.5175 (by hand: mean 3/8, squared deviations 1.875, / 7), not by each group's."""
+    scores, group = t([1.0, 0, 0, 0, 1, 1, 0, 0]), t([0, 0, 0, 0, 1, 1, 1, 1])
+    std_b = math.sqrt(1.875 / 7)
+    want = [x / (std_b + 1e-6) for x in (0.75, -0.25, -0.25, -0.25, 0.5, 0.5, -0.5, -0.5)]
+    close(grpo(scores, group, std_normalize="batch"), want)
+    # the group std (0.5 and 0.5774) is another normaliser: the negative control
+    assert not torch.allclose(grpo(scores, group, std_normalize="group"), torch.tensor(want))
+    close(grpo(scores, group, std_normalize="group"), grpo(scores, group, std_normalize=True), atol=0)
+    # reduce sums over ranks: two ranks holding this batch each are a batch of 16 (std sqrt(3.75 / 15) = 0.5)
+    close(grpo(scores, group, std_normalize="batch", reduce=lambda x: x + x),
+          [x / (0.5 + 1e-6) for x in (0.75, -0.25, -0.25, -0.25, 0.5, 0.5, -0.5, -0.5)])
+    # an all-equal group stays exactly 0
+    assert (grpo(t([1.0, 1, 0, 1]), t([0, 0, 1, 1]), std_normalize="batch")[:2] == 0).all()
+
+
+def test_reinforce_pp_baseline_by_hand():
+    """REINFORCE++-baseline: the scores centred on their group's mean (1, 0 | 1, 1 -> 0.5, -0.5 | 0, 0), each
+    response's tokens get its centred score (gamma 1, no KL), whitened over the batch's six tokens (mean 1/12,
+    unbiased variance 0.708333 / 5)."""
+    scores, group = t([1.0, 0.0, 1.0, 1.0]), t([0, 0, 1, 1])
+    m = t([[1, 1], [1, 0], [1, 0], [1, 1]])
+    adv, _ = A.estimate_advantages("reinforce_pp_baseline", scores, group, m, params={"gamma": 1.0})
+    mean, std = 1 / 12, math.sqrt((0.708333333333 + 1e-12) / 5)
+    dev = lambda x: (x - mean) / math.sqrt(std ** 2 + 1e-8)  # noqa: E731
+    close(adv, [[dev(0.5), dev(0.5)], [dev(-0.5), 0], [dev(0.0), 0], [dev(0.0), dev(0.0)]], atol=1e-5)
+    # plain REINFORCE++ (no group baseline) gives the solved group's responses a positive advantage
+    plain, _ = A.estimate_advantages("reinforce_pp", scores, group, m, params={"gamma": 1.0})
+    assert plain[3, 0] > 0 > adv[3, 0]
+
+
 def test_rloo_by_hand():
     # group 0: [1, 0, 0, 1]: for r=1 the others' mean is (0+0+1)/3 = 1/3 -> A = 2/3;
     #          for r=0 the others' mean is (1+0+1)/3 = 2/3 -> A = -2/3
@@ -265,10 +297,10 @@ def test_reinforce_pp_with_outcome_reward():
 
 
 def test_registry():
-    assert set(ESTIMATORS) == {"grpo", "dr_grpo", "rloo", "reinforce_pp", "gae"}
+    assert set(ESTIMATORS) == {"grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gae"}
     assert {n for n, s in ESTIMATORS.items() if s.level in ("sequence", "token")} == set(ESTIMATORS)
     assert get_advantage_estimator("rloo") is rloo
-    with pytest.raises(ValueError, match="allowed: dr_grpo, gae, grpo, reinforce_pp, rloo"):
+    with pytest.raises(ValueError, match="allowed: dr_grpo, gae, grpo, reinforce_pp, reinforce_pp_baseline, rloo"):
         get_advantage_estimator("ppo")
 
 

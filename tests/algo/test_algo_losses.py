@@ -144,7 +144,7 @@ def test_policy_loss_validation():
     with pytest.raises(ValueError, match="dual_clip must be > 1"):
         policy_loss(_logp(), OLD, ADV, MASK, dual_clip=0.5)
     with pytest.raises(ValueError, match="clip_low"):
-        policy_loss(_logp(), OLD, ADV, MASK, clip_low=1.0)
+        policy_loss(_logp(), OLD, ADV, MASK, clip_low=1.5)
     with pytest.raises(ValueError, match="norm_tokens must be > 0"):
         policy_loss(_logp(), OLD, ADV, MASK, norm_tokens=0)
 

@@ -286,6 +286,15 @@ def test_trl_anchor_trains_the_recipes_task_and_plots_against_wall_clock(tmp_pat
     assert kw["mask_truncated_completions"] is False
     kw = anchor.trl_config_kwargs(load_config("configs/demo.yaml", sizes + ["algo.mask_truncated=true"]), tmp_path, 2)
     assert kw["mask_truncated_completions"] is True
+    # GRPO's batch-level std is TRL's scale_rewards="batch"; Dr. GRPO's auto aggregation its loss_type dr_grpo
+    kw = anchor.trl_config_kwargs(load_config("configs/demo.yaml", sizes + ["algo.std_normalize=batch"]), tmp_path, 2)
+    assert kw["scale_rewards"] == "batch"
+    kw = anchor.trl_config_kwargs(load_config("configs/demo.yaml", sizes + ["algo.std_normalize=false",
+                                                                            "algo.loss_agg=seq-mean-token-sum-norm"]),
+                                  tmp_path, 2)
+    assert (kw["scale_rewards"], kw["loss_type"]) == ("none", "dr_grpo")
+    with pytest.raises(SystemExit, match="algo.advantage='rloo'"):
+        anchor.trl_config_kwargs(load_config("configs/demo.yaml", sizes + ["algo.advantage=rloo"]), tmp_path, 2)
     # settings without a TRL counterpart are refused, naming the key (the word-problem recipe samples dynamically)
     with pytest.raises(SystemExit, match="algo.dynamic_sampling=True has no counterpart"):
         anchor.trl_config_kwargs(load_config("configs/grpo_wordproblems_cpu.yaml", sizes), tmp_path, micro_rows=2)

@@ -40,9 +40,9 @@ def _ahead(folder: Path, rank: int = 0) -> dict:
     return torch.load(folder / ckpt.ahead_file(rank), weights_only=True)
 
 
-def _logprob_gap(weights_dir: Path, ahead: dict, temperature: float) -> tuple[float, float]:
-    """Mean and max |sampler logprob - trainer logprob| of the saved batch's tokens under the model in
-    ``weights_dir`` (a Hugging Face folder), recomputed with the trainer's own forward."""
+def _logprobs(weights_dir: Path, ahead: dict, temperature: float) -> torch.Tensor:
+    """The saved batch's response logprobs [N, T] under the model in ``weights_dir`` (a Hugging Face folder),
+    computed with the trainer's own forward."""
     from transformers import AutoModelForCausalLM
 
     from mathrl.train.rows import ForwardBatch
@@ -50,10 +50,16 @@ def _logprob_gap(weights_dir: Path, ahead: dict, temperature: float) -> tuple[fl
 
     b = ahead["batch"]
     model = AutoModelForCausalLM.from_pretrained(str(weights_dir), dtype=torch.float32).eval()
+    tokens = ForwardBatch(b["prompt_ids"], b["prompt_mask"], b["response_ids"], b["response_mask"].bool())
+    return Padded().logprobs(model, tokens, token_budget=8192, temperature=temperature, device=torch.device("cpu"))
+
+
+def _logprob_gap(weights_dir: Path, ahead: dict, temperature: float) -> tuple[float, float]:
+    """Mean and max |sampler logprob - trainer logprob| of the saved batch's tokens under the model in
+    ``weights_dir``, recomputed with the trainer's own forward."""
+    b = ahead["batch"]
     mask = b["response_mask"].bool()
-    tokens = ForwardBatch(b["prompt_ids"], b["prompt_mask"], b["response_ids"], mask)
-    logp = Padded().logprobs(model, tokens, token_budget=8192, temperature=temperature, device=torch.device("cpu"))
-    diff = (logp - b["logprobs"]).abs()[mask]
+    diff = (_logprobs(weights_dir, ahead, temperature) - b["logprobs"]).abs()[mask]
     return float(diff.mean()), float(diff.max())
 
 
@@ -132,6 +138,34 @@ def test_async_rollout_resumes_exactly_from_the_saved_batch(digit_model_dir, tmp
     third = _steps(lost)[2]
     assert third["rollout/weight_version"] == 2 and third["rollout/staleness"] == 0  # sampled anew
     assert without_timing(_steps(lost)) != without_timing(_steps(full))
+
+
+@pytest.mark.slow
+def test_the_kl_in_the_reward_under_staleness_is_the_sampling_weights(digit_model_dir, tmp_path):
+    """With rollout.staleness = 1 and the KL in the reward, the KL of step s + 1 is taken on the logprobs of the
+    weights that sampled its batch (the engine's, one step old), not on the trainer's current weights (the old
+    code, issue 41: the negative control below). Step s + 1's kl/mean is recomputed from the batch saved in
+    checkpoint s and the reference (the initial model)."""
+    out = tmp_path / "kl_reward"
+    assert run(_digit_cfg(digit_model_dir, out, *ASYNC, "train.steps=3", "algo.kl_in=reward", "algo.kl_coef=0.1"),
+               problems=digit_problems(12)) == 0
+    steps = _steps(out)
+    temperature = ckpt.read_state(ckpt.list_checkpoints(out)[0][1])["config"]["rollout"]["temperature"]
+    checked = 0
+    for s, folder in ckpt.list_checkpoints(out):
+        if not (folder / ckpt.ahead_file(0)).is_file() or s >= len(steps):
+            continue
+        ahead = _ahead(folder)
+        mask = ahead["batch"]["response_mask"].bool()
+        ref = _logprobs(digit_model_dir, ahead, temperature)
+        current = _logprobs(folder / "policy", ahead, temperature)  # the weights that train step s + 1
+        sampler_kl = float((ahead["batch"]["logprobs"] - ref)[mask].mean())   # k1 under the sampling weights
+        current_kl = float((current - ref)[mask].mean())
+        logged = steps[s]["kl/mean"]  # step s + 1 (rows are 0-based)
+        assert abs(logged - sampler_kl) < 1e-5, (s, logged, sampler_kl, current_kl)
+        assert abs(current_kl - sampler_kl) > 100 * abs(logged - sampler_kl) + 1e-4, (s, sampler_kl, current_kl)
+        checked += 1
+    assert checked >= 1
 
 
 @pytest.mark.slow

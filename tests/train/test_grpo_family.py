@@ -148,6 +148,35 @@ def test_mask_truncated_tis_and_sequence_losses_change_the_update(digit_model_di
 
 
 @pytest.mark.slow
+def test_gspo_and_cispo_train_with_their_papers_settings_by_default(digit_model_dir, tmp_path, capsys):
+    """algo.policy_loss alone gives the paper's clip range and aggregation (issue 41): over 2 PPO epochs GSPO with
+    auto settings trains bit for bit like GSPO with 3e-4 / 4e-4 and seq-mean-token-mean written out, and not like
+    GSPO with PPO's 0.2 / 0.2 and token-mean (the old defaults: the negative control, which is also warned about);
+    CISPO's auto (no lower bound, 0.28) is not its old 0.2 / 0.2."""
+    def one_step(name, *extra):
+        out = tmp_path / name
+        assert run(_digit_cfg(digit_model_dir, out, "train.steps=1", "rollout.max_tokens=2", "algo.ppo_epochs=2",
+                              *extra), problems=digit_problems(8)) == 0
+        return load_file(str(ckpt.list_checkpoints(out)[-1][1] / "policy" / "model.safetensors")), _steps(out)[-1]
+
+    def same(a, b) -> bool:
+        return all(torch.equal(a[k], b[k]) for k in a)
+
+    auto, m_auto = one_step("gspo-auto", "algo.policy_loss=gspo")
+    paper, _ = one_step("gspo-paper", "algo.policy_loss=gspo", "algo.clip_low=0.0003", "algo.clip_high=0.0004",
+                        "algo.loss_agg=seq-mean-token-mean")
+    capsys.readouterr()
+    ppo_sized, m_ppo = one_step("gspo-ppo-sized", "algo.policy_loss=gspo", "algo.clip_low=0.2", "algo.clip_high=0.2",
+                                "algo.loss_agg=token-mean")
+    assert "almost never binds" in capsys.readouterr().err
+    assert same(auto, paper) and not same(auto, ppo_sized)
+    assert m_auto["policy/clipfrac"] > m_ppo["policy/clipfrac"]  # the narrow sequence clip binds more often
+    cispo_auto, m_cispo = one_step("cispo-auto", "algo.policy_loss=cispo")
+    cispo_old, _ = one_step("cispo-old", "algo.policy_loss=cispo", "algo.clip_low=0.2", "algo.clip_high=0.2")
+    assert not same(cispo_auto, cispo_old) and m_cispo["policy/clipfrac_low"] == 0
+
+
+@pytest.mark.slow
 def test_clip_higher_acts_only_off_policy_and_says_so(digit_model_dir, tmp_path, capsys):
     """DAPO's clip-higher with one update per batch trains bit for bit like the plain clip (the study's
     clip-higher row repeated its GRPO row), and the run says so; over 2 PPO epochs, where ratios move past

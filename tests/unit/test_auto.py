@@ -19,7 +19,8 @@ def test_auto_by_machine(machine, dtype, autocast):
     r = auto.resolve(cfg, machine)
     assert (r.model_dtype, r.autocast, r.rollout_dtype) == (dtype, autocast, dtype)
     assert r.changed(cfg) == {"model.dtype": dtype, "model.autocast": autocast, "rollout.dtype": dtype,
-                              "algo.advantage": "grpo", "algo.kl_in": "loss", "algo.kl_estimator": "k3"}
+                              "algo.advantage": "grpo", "algo.kl_in": "loss", "algo.kl_estimator": "k3",
+                              "algo.clip_low": 0.2, "algo.clip_high": 0.2, "algo.loss_agg": "token-mean"}
 
 
 def test_set_values_are_kept_and_the_rollout_follows_the_model():
@@ -29,7 +30,8 @@ def test_set_values_are_kept_and_the_rollout_follows_the_model():
     assert (r.advantage, r.kl_in, r.kl_estimator) == ("gae", "reward", "k1")
     assert auto.rollout_dtype(load_config(None, ["rollout.dtype=float32", "model.dtype=bfloat16"]), GPU) == "float32"
     assert r.changed(cfg) == {"rollout.dtype": "bfloat16", "algo.advantage": "gae", "algo.kl_in": "reward",
-                              "algo.kl_estimator": "k1"}
+                              "algo.kl_estimator": "k1", "algo.clip_low": 0.2, "algo.clip_high": 0.2,
+                              "algo.loss_agg": "token-mean"}
 
 
 def test_the_users_of_auto_decide_through_it(monkeypatch):

@@ -57,7 +57,7 @@ def test_yaml_then_cli_precedence(tmp_path):
     ("train.steps=1.5", ["train.steps = '1.5'", "an integer"]),
     ("rollout.top_p=0", ["rollout.top_p = 0.0", "> 0.0"]),
     ("algo.dual_clip=0.5", ["algo.dual_clip = 0.5", "> 1.0"]),
-    ("algo.clip_low=1.5", ["algo.clip_low = 1.5", "< 1.0"]),
+    ("algo.clip_low=1.5", ["algo.clip_low = 1.5", "<= 1.0"]),
     ("eval.k=1,99", ["eval.k", "k <= eval.n"]),
     ("rollout.n=1", ["rollout.n = 1", "rollout.n >= 2"]),
     ("train.mini_batch_size=3", ["train.mini_batch_size = 3", "divide"]),

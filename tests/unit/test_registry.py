@@ -177,7 +177,7 @@ def _choices_by_field():
 
 
 FIELD_REGISTRIES = {"algo.advantage": (R.ESTIMATORS, ("auto",)), "algo.policy_loss": (R.POLICY_LOSSES, ()),
-                    "algo.loss_agg": (R.LOSS_AGG_MODES, ()), "algo.kl_estimator": (R.KL_ESTIMATORS, ("auto",)),
+                    "algo.loss_agg": (R.LOSS_AGG_MODES, ("auto",)), "algo.kl_estimator": (R.KL_ESTIMATORS, ("auto",)),
                     "rollout.backend": (R.ROLLOUT_BACKENDS, ("auto",))}
 
 
