@@ -7,9 +7,10 @@ normaliser, so it dilutes the step. For a weak model on real data most groups ar
 (Yu et al. 2025, sec. 3.2) keeps sampling until the batch has B groups with non-zero reward variance.
 
 * :func:`informative_groups` marks the groups that carry a signal;
-* :func:`select_informative` chooses which groups of the rounds sampled so far form the step's batch
-  (first come, first kept: round 0's informative groups, then round 1's, ...), and fills a shortfall
-  after the last allowed round with the earliest uninformative groups;
+* :func:`select_pooled` chooses which groups of the rounds sampled so far, on every rank, form the step's
+  batch (first come, first kept: round 0's informative groups, then round 1's, ...; a shortfall after the
+  last allowed round is filled with the earliest uninformative groups) and which rank trains on each, so that
+  the informative groups are pooled over the whole batch, as in DAPO and verl;
 * :class:`PassRateFilter` remembers each prompt's pass rate the last ``K`` times it was sampled and
   skips prompts that were solved by every sample, or by none, each of those ``K`` times;
   :func:`draw_prompts` walks the data stream from a position and collects the prompts to sample.
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-__all__ = ["informative_groups", "select_informative", "Selection", "PassRateFilter", "draw_prompts",
+__all__ = ["informative_groups", "select_pooled", "Selection", "Group", "PassRateFilter", "draw_prompts",
            "group_pass_rates"]
 
 
@@ -38,32 +39,65 @@ def informative_groups(scores: Tensor, group_size: int) -> Tensor:
     return (g != g[:, :1]).any(dim=1)
 
 
+Group = tuple[int, int, int]
+"""A sampled group: (rank that sampled it, sampling round, group index in that rank's round)."""
+
+
 @dataclass
 class Selection:
-    """Which groups form the step: ``groups`` are (round, group index in that round) pairs in batch order."""
+    """Which groups form the step, pooled over the ranks: ``assigned[r]`` are the groups rank ``r`` trains on,
+    in batch order (each rank the same number); a group sampled by another rank moves to ``r``."""
 
-    groups: list[tuple[int, int]]
-    informative: int          # how many of them are informative
+    assigned: list[list[Group]]
+    informative: int          # how many of the chosen groups are informative (all ranks)
     filled: int               # uninformative groups added because the rounds ran out
-    surplus: int              # informative groups sampled but not used (more than needed)
+    surplus: int              # informative groups sampled but not used (more than the batch needs)
+
+    @property
+    def moved(self) -> list[Group]:
+        """The chosen groups that another rank than the one that sampled them trains on."""
+        return [g for r, gs in enumerate(self.assigned) for g in gs if g[0] != r]
 
 
-def select_informative(masks: Sequence[Tensor], need: int, *, fill: bool) -> Selection:
-    """Choose ``need`` groups from the rounds' informative masks (``masks[k]``: round k's ``[B_k]`` bool).
+def select_pooled(masks: Sequence[Sequence[Tensor]], per_rank: int) -> Selection:
+    """Choose the step's ``per_rank * len(masks)`` groups from every rank's rounds (``masks[r][k]``: rank r's
+    round-k ``[B_k]`` bool mask of informative groups, :func:`informative_groups`), pooling the informative
+    groups over the whole batch as DAPO and verl do: the step trains on min(B, found) informative groups, and
+    no rank pads with an uninformative group while another has an informative one to spare.
 
-    Informative groups in sampling order (round, then group) come first. With ``fill`` (the last round has
-    been sampled) a shortfall is made up with uninformative groups, also in sampling order; without it
-    the selection may hold fewer than ``need`` groups (the caller samples another round)."""
-    informative = [(k, i) for k, m in enumerate(masks) for i in range(m.numel()) if bool(m[i])]
-    chosen = informative[:need]
-    filled = 0
-    if fill and len(chosen) < need:
-        rest = [(k, i) for k, m in enumerate(masks) for i in range(m.numel()) if not bool(m[i])]
-        extra = rest[: need - len(chosen)]
-        filled = len(extra)
-        chosen = chosen + extra
-    n_inf = min(len(informative), need)
-    return Selection(groups=chosen, informative=n_inf, filled=filled, surplus=len(informative) - n_inf)
+    Each rank keeps its own informative groups first (in sampling order: round, then group), up to
+    ``per_rank``; a rank left short then receives the spare informative groups of the others (in sampling
+    order: round, then rank, then group), lowest rank first; what is still missing once the rounds ran out is
+    filled with the rank's own earliest uninformative groups. So groups move between ranks only where pooling
+    needs it, and every rank trains on exactly ``per_rank`` groups. With one rank this is the per-rank rule:
+    round 0's informative groups, then round 1's, ..., then the earliest uninformative ones."""
+    world = len(masks)
+    own = [[(r, k, i) for k, m in enumerate(masks[r]) for i in range(m.numel())] for r in range(world)]
+
+    def useful(g: Group) -> bool:
+        return bool(masks[g[0]][g[1]][g[2]])
+
+    assigned: list[list[Group]] = [[g for g in own[r] if useful(g)][:per_rank] for r in range(world)]
+    kept = {g for gs in assigned for g in gs}
+    rounds = max((len(m) for m in masks), default=0)
+    spare = [(r, k, i) for k in range(rounds) for r in range(world) if k < len(masks[r])
+             for i in range(masks[r][k].numel()) if useful((r, k, i)) and (r, k, i) not in kept]
+    surplus = len(spare)
+    for r in range(world):
+        take = max(0, per_rank - len(assigned[r]))
+        assigned[r] += spare[:take]
+        spare = spare[take:]
+    surplus -= sum(len(gs) for gs in assigned) - len(kept)  # the spare groups that found a rank
+    informative = sum(len(gs) for gs in assigned)
+    for r in range(world):
+        missing = per_rank - len(assigned[r])
+        if missing:
+            fill = [g for g in own[r] if not useful(g)][:missing]
+            if len(fill) < missing:
+                raise ValueError(f"select_pooled: rank {r} sampled {len(own[r])} groups, the step needs {per_rank}")
+            assigned[r] += fill
+    return Selection(assigned=assigned, informative=informative, filled=per_rank * world - informative,
+                     surplus=surplus)
 
 
 @dataclass

@@ -313,7 +313,8 @@ class AlgoConfig:
     dynamic_sampling: bool = option(
         False, "DAPO dynamic sampling: drop groups whose G rewards are all equal (no group-relative signal) and "
         "sample more prompts until the step has train.batch_size informative groups or "
-        "algo.sampling_rounds rounds were sampled; a shortfall is then filled with uninformative groups. Logs "
+        "algo.sampling_rounds rounds were sampled, pooled over the ranks (a rank short of informative groups gets "
+        "another rank's spare ones); a shortfall is then filled with uninformative groups. Logs "
         "sampling/* (rounds, prompts consumed, fraction filtered, accuracy over all sampled responses: "
         "reward/accuracy is over the trained groups only). Needs a group estimator and rollout.n >= 2.")
     sampling_rounds: int = option(

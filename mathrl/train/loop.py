@@ -99,7 +99,7 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
     per_rank = t.batch_size // dist.world_size
 
     # 1-3. this rank's problems, G sampled responses each, graded and scored (with algo.dynamic_sampling:
-    #      more rounds until every rank has its share of groups whose rewards differ)
+    #      more rounds until the batch has B groups whose rewards differ, pooled over the ranks)
     if sampler is None:
         with generation_weights(rollout, models.policy):  # ZeRO-3 + hf engine: gathered for the whole phase
             s = sample_step(cfg, dist, models.tokenizer, rollout, problems, state)

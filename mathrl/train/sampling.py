@@ -13,10 +13,10 @@ import torch
 from mathrl.config import Config
 from mathrl.rollout import RolloutBatch, SamplingConfig
 from mathrl.dist.collectives import DistInfo
-from mathrl.algo.filtering import draw_prompts, group_pass_rates, informative_groups, select_informative
+from mathrl.algo.filtering import Selection, draw_prompts, group_pass_rates, informative_groups, select_pooled
 from mathrl.data import get_template, render_prompt
 from mathrl.data.splits import step_indices, stream_index
-from mathrl.dist.collectives import global_min, global_sum
+from mathrl.dist.collectives import all_gather_objects, global_sum
 from mathrl.reward.api import GradeStream
 from mathrl.reward.options import GradeOptions
 from mathrl.reward.rewards import RewardContext, compute_rewards, needs_grades, reward_terms
@@ -82,9 +82,10 @@ def sample_step(cfg: Config, dist: DistInfo, tokenizer, rollout, problems: list,
     Without dynamic sampling and the pass-rate filter this is :func:`sample_and_grade` of the step
     (positions ``step * B .. step * B + B - 1`` of the stream). Otherwise every round draws B prompts from
     ``state.prompts_used`` on (skipping filtered ones; every rank draws the same B and keeps its share),
-    samples and grades them; with ``algo.dynamic_sampling`` rounds continue until every rank has its
-    share of informative groups or ``algo.sampling_rounds`` rounds were sampled (the decision is the
-    minimum over ranks, so all ranks sample the same number of rounds). Round 0 samples with the step's
+    samples and grades them; with ``algo.dynamic_sampling`` rounds continue until the whole batch has B
+    informative groups or ``algo.sampling_rounds`` rounds were sampled (the count is summed over ranks, so
+    all ranks sample the same number of rounds), and the informative groups are pooled over the ranks
+    (:func:`mathrl.algo.filtering.select_pooled`, :func:`pooled_share`). Round 0 samples with the step's
     own seed, so a step whose first round suffices is the plain step. Records every prompt's pass rate
     (all ranks') in the filter and advances ``state.prompts_used``."""
 
@@ -118,26 +119,53 @@ def sample_step(cfg: Config, dist: DistInfo, tokenizer, rollout, problems: list,
         for i, r in zip(drawn, rates.tolist()):
             state.pass_filter.record(i, r)
         have = int(sum(int(m.sum()) for m in masks))
-        if not a.dynamic_sampling or global_min(torch.tensor(float(have))) >= per_rank:
+        # the informative groups of all ranks are pooled: stop when the whole batch has B of them
+        if not a.dynamic_sampling or global_sum(torch.tensor(float(have))) >= B:
             break
     if not a.dynamic_sampling:
         s = rounds[0]
         s.stats = {"sampling/prompts_consumed": float(consumed), "sampling/skipped_prompts": float(consumed - B)}
         return s
-    sel = select_informative(masks, per_rank, fill=True)
-    out = merge_groups(rounds, sel.groups)
+    sel = select_pooled([[torch.tensor(m, dtype=torch.bool) for m in ms]
+                         for ms in all_gather_objects([m.tolist() for m in masks])], per_rank)
+    out = pooled_share(rounds, sel, dist.rank)
     sampled_groups = sum(m.numel() for m in masks)
     right = sum(sum(map(bool, s.correct)) for s in rounds)
-    totals = global_sum(torch.tensor([sampled_groups, sampled_groups - sum(int(m.sum()) for m in masks),
-                                      sel.filled, sel.surplus, right], dtype=torch.float64)).tolist()
+    totals = global_sum(torch.tensor([sampled_groups, sampled_groups - sum(int(m.sum()) for m in masks), right],
+                                     dtype=torch.float64)).tolist()
     # reward/accuracy is over the trained groups, which the filter biases towards half right; the
     # policy's own accuracy on the stream is over every response sampled in every round
     out.stats = {"sampling/rounds": float(len(rounds)), "sampling/prompts_consumed": float(consumed),
                  "sampling/skipped_prompts": float(consumed - B * len(rounds)),
                  "sampling/filtered_frac": totals[1] / max(totals[0], 1.0),
-                 "sampling/filled_groups": totals[2], "sampling/surplus_groups": totals[3],
-                 "sampling/accuracy_sampled": totals[4] / max(totals[0] * G, 1.0)}
+                 "sampling/filled_groups": float(sel.filled), "sampling/surplus_groups": float(sel.surplus),
+                 "sampling/moved_groups": float(len(sel.moved)),
+                 "sampling/accuracy_sampled": totals[2] / max(totals[0] * G, 1.0)}
     return out
+
+
+def pooled_share(rounds: list[Sampled], sel: Selection, rank: int) -> Sampled:
+    """This rank's groups of the pooled selection ``sel`` (:func:`mathrl.algo.filtering.select_pooled`), in
+    batch order: its own from ``rounds``, the others' received from the ranks that sampled them (one
+    all-gather of the moved groups, only when some move; every rank takes the same branch, since ``sel`` is
+    the same on all)."""
+    moved = sel.moved
+    received: dict[tuple[int, int, int], Sampled] = {}
+    if moved:
+        outgoing = {g: merge_groups(rounds, [g[1:]]) for g in moved if g[0] == rank}
+        for one in outgoing.values():  # the sender's times and streamed count stay with the sender
+            one.times, one.streamed = {}, 0
+        for sent in all_gather_objects(outgoing):
+            received.update(sent)
+    sources = list(rounds)
+    picks: list[tuple[int, int]] = []
+    for g in sel.assigned[rank]:
+        if g[0] == rank:
+            picks.append(g[1:])
+        else:
+            sources.append(received[g])
+            picks.append((len(sources) - 1, 0))
+    return merge_groups(sources, picks)
 
 
 @dataclass

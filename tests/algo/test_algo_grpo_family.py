@@ -13,7 +13,7 @@ import torch
 
 from mathrl.algo.correction import mismatch_stats, tis_weights
 from mathrl.algo.filtering import (PassRateFilter, draw_prompts, group_pass_rates, informative_groups,
-                                   select_informative)
+                                   select_pooled)
 from mathrl.algo.losses import POLICY_LOSSES, cispo_loss, gspo_loss, policy_loss
 
 T = torch.tensor
@@ -168,16 +168,37 @@ def test_informative_groups():
         informative_groups(scores, 3)
 
 
-def test_select_informative_order_fill_and_surplus():
-    masks = [T([True, False, False, True]), T([False, True])]
-    s = select_informative(masks, 3, fill=False)
-    assert s.groups == [(0, 0), (0, 3), (1, 1)] and s.informative == 3 and s.filled == 0 and s.surplus == 0
-    s = select_informative(masks, 5, fill=False)  # not enough yet: the caller samples another round
-    assert len(s.groups) == 3 and s.filled == 0
-    s = select_informative(masks, 5, fill=True)  # last round: the earliest uninformative groups fill up
-    assert s.groups == [(0, 0), (0, 3), (1, 1), (0, 1), (0, 2)] and s.filled == 2
-    s = select_informative(masks, 1, fill=True)
-    assert s.groups == [(0, 0)] and s.surplus == 2
+def test_select_pooled_on_one_rank_is_first_come_first_kept_then_fill():
+    masks = [[T([True, False, False, True]), T([False, True])]]
+    s = select_pooled(masks, 3)
+    assert s.assigned == [[(0, 0, 0), (0, 0, 3), (0, 1, 1)]] and (s.informative, s.filled, s.surplus) == (3, 0, 0)
+    s = select_pooled(masks, 5)  # the rounds ran out: the earliest uninformative groups fill up
+    assert s.assigned == [[(0, 0, 0), (0, 0, 3), (0, 1, 1), (0, 0, 1), (0, 0, 2)]] and s.filled == 2
+    s = select_pooled(masks, 1)
+    assert s.assigned == [[(0, 0, 0)]] and s.surplus == 2 and s.moved == []
+
+
+def test_select_pooled_moves_spare_informative_groups_to_a_rank_that_is_short():
+    """Rank 0 found 3 informative groups over two rounds, rank 1 one: with 2 per rank, rank 1 receives rank 0's
+    third (the per-rank rule padded rank 1 with an uninformative group while rank 0 dropped an informative one)."""
+    masks = [[T([True, True]), T([True, False])], [T([False, False]), T([False, True])]]
+    s = select_pooled(masks, 2)
+    assert s.assigned == [[(0, 0, 0), (0, 0, 1)], [(1, 1, 1), (0, 1, 0)]]
+    assert (s.informative, s.filled, s.surplus) == (4, 0, 0) and s.moved == [(0, 1, 0)]
+
+
+def test_select_pooled_moves_nothing_a_rank_can_fill_itself():
+    masks = [[T([True, True]), T([True, True])], [T([True, False]), T([True, False])]]
+    s = select_pooled(masks, 2)  # rank 1 has its own two: rank 0's spare stay unused
+    assert s.assigned == [[(0, 0, 0), (0, 0, 1)], [(1, 0, 0), (1, 1, 0)]]
+    assert (s.informative, s.filled, s.surplus, s.moved) == (4, 0, 2, [])
+
+
+def test_select_pooled_fills_a_shortfall_with_the_ranks_own_uninformative_groups():
+    masks = [[T([False, False]), T([False, False])], [T([True, True]), T([True, False])]]
+    s = select_pooled(masks, 2)
+    assert s.assigned == [[(1, 1, 0), (0, 0, 0)], [(1, 0, 0), (1, 0, 1)]]
+    assert (s.informative, s.filled, s.surplus) == (3, 1, 0)
 
 
 def test_pass_rate_filter_window():

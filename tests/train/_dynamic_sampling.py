@@ -1,7 +1,8 @@
 """Worker for tests/train/test_grpo_family.py: a GRPO run of the digit model with dynamic sampling,
 launched by torchrun at world size 2. Every rank appends, per step, the number of sampling rounds it ran
 and how many of the groups it trains on have rewards that differ, to ``<output_dir>/ds_rank<r>.jsonl``, and
-the informative groups it found in each round to ``found_rank<r>.jsonl``, and the right and sampled
+the informative groups every rank found in each round (as the pooled selection sees them) to
+``found_rank<r>.jsonl``, and the right and sampled
 responses of each round to ``graded_rank<r>.jsonl``.
 
 Usage: torchrun --nproc_per_node 2 _dynamic_sampling.py MODEL_DIR OUTPUT_DIR [override ...]
@@ -40,14 +41,14 @@ def main() -> None:
     loop.sample_step = recording
     import mathrl.train.sampling as sampling
 
-    real_select = sampling.select_informative
+    real_select = sampling.select_pooled
 
-    def select(masks, need, *, fill):  # how many informative groups this rank found, per round
+    def select(masks, per_rank):  # how many informative groups each rank found, per round (every rank's view)
         with open(os.path.join(out, f"found_rank{rank}.jsonl"), "a") as fh:
-            fh.write(json.dumps([int(m.sum()) for m in masks]) + "\n")
-        return real_select(masks, need, fill=fill)
+            fh.write(json.dumps([[int(m.sum()) for m in ms] for ms in masks]) + "\n")
+        return real_select(masks, per_rank)
 
-    sampling.select_informative = select  # where the sampler looks it up (mathrl.algo.filtering's is imported there)
+    sampling.select_pooled = select  # where the sampler looks it up (mathrl.algo.filtering's is imported there)
 
     real_sample = sampling.sample_and_grade
 

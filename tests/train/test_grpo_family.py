@@ -84,25 +84,36 @@ def test_dynamic_sampling_with_the_pass_rate_filter_resumes_exactly(digit_model_
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_dynamic_sampling_on_two_ranks_with_uneven_groups(digit_model_dir, tmp_path):
-    """Two ranks find informative groups at different rates; the round decision is the minimum over ranks,
-    so both run the same rounds (no hang in ZeRO's collectives) and each trains on its full share."""
+    """Two ranks find informative groups at different rates. The informative groups are pooled over the batch
+    (DAPO, verl): rounds stop when both ranks together have B = 4, and the step trains on min(4, found) of them,
+    a rank with more than its share handing groups to the other, which would otherwise pad with uninformative
+    ones (the per-rank rule before issue 41: the negative control is that rule's count, which falls short at
+    the steps where groups moved). Both ranks run the same rounds and the same number of groups (no hang)."""
     out = tmp_path / "ws2"
     rc, log = torchrun(Path(__file__).parent / "_dynamic_sampling.py",
-                       (digit_model_dir, out, "train.steps=3", "algo.dynamic_sampling=true", "algo.sampling_rounds=4",
+                       (digit_model_dir, out, "train.steps=4", "algo.dynamic_sampling=true", "algo.sampling_rounds=4",
                         "deepspeed.zero_stage=2"), 2)
     assert rc == 0, log[-3000:]
     rows = {r: [json.loads(x) for x in (out / f"ds_rank{r}.jsonl").read_text().splitlines()] for r in (0, 1)}
-    assert [x["step"] for x in rows[0]] == [x["step"] for x in rows[1]] == [1, 2, 3]
-    for a, b in zip(rows[0], rows[1]):
-        assert a["sampling/rounds"] == b["sampling/rounds"]
-        assert a["rows"] == b["rows"] == 2 * 4  # 2 groups of G = 4 per rank
-        for x in (a, b):  # every group informative unless the rounds ran out
-            assert x["informative"] + x["sampling/filled_groups"] >= 2 or x["sampling/rounds"] == 4
-    assert any(x["sampling/rounds"] > 1 for x in rows[0])
+    assert [x["step"] for x in rows[0]] == [x["step"] for x in rows[1]] == [1, 2, 3, 4]
     found = {r: [json.loads(x) for x in (out / f"found_rank{r}.jsonl").read_text().splitlines()] for r in (0, 1)}
-    # uneven work: at some step one rank had its share of informative groups before the other
-    first_full = lambda rounds: next((k for k in range(len(rounds)) if sum(rounds[:k + 1]) >= 2), None)  # noqa: E731
-    assert any(first_full(a) != first_full(b) for a, b in zip(found[0], found[1])), found
+    assert found[0] == found[1]  # the selection sees every rank's groups, the same on both
+    moved_steps = 0
+    for a, b, f in zip(rows[0], rows[1], found[0]):
+        assert a["sampling/rounds"] == b["sampling/rounds"] == len(f[0]) == len(f[1])
+        assert a["rows"] == b["rows"] == 2 * 4  # 2 groups of G = 4 per rank
+        cumulative = [sum(f[0][:k + 1]) + sum(f[1][:k + 1]) for k in range(len(f[0]))]
+        # the stop rule: the first round at which the batch has 4 informative groups (or the last round)
+        assert all(c < 4 for c in cumulative[:-1]) and (cumulative[-1] >= 4 or len(f[0]) == 4), cumulative
+        pooled = min(4, cumulative[-1])
+        assert a["informative"] + b["informative"] == pooled, (a, b, f)
+        assert a["sampling/filled_groups"] == b["sampling/filled_groups"] == 4 - pooled
+        per_rank_rule = min(2, sum(f[0])) + min(2, sum(f[1]))
+        if a["sampling/moved_groups"]:
+            moved_steps += 1
+            assert per_rank_rule < pooled  # the old rule would have padded one rank while the other had more
+    assert moved_steps >= 1, found
+    assert any(x["sampling/rounds"] > 1 for x in rows[0])
     # sampling/accuracy_sampled: right / sampled over every round of both ranks, counted here independently
     graded = {r: [json.loads(x) for x in (out / f"graded_rank{r}.jsonl").read_text().splitlines()] for r in (0, 1)}
     pos = 0
