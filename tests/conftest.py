@@ -168,3 +168,68 @@ def _return_freed_memory():
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):  # not glibc
         pass
+
+
+# --------------------------------------------------------------------------- disk
+# Real-model runs write checkpoints of GBs (weights and optimizer state). The CI machine's disk is small and
+# outlives a run: pytest keeps the base folders of the last three sessions, and of a failed session everything
+# (the 2026-12-05 CI stopped with ENOSPC in test_run_folder and test_stream_grading). So a test's big files never
+# outlive what they are for: a module's shared runs (``module_tmp``) go when the module ends, a failed test keeps
+# its logs but not its weights, and the session's end leaves no file over BIG_FILE behind, pass or fail.
+
+BIG_FILE = 20 * 2**20  # bytes: model weights and optimizer states are above, logs, configs and metrics far below
+
+
+def prune_big_files(root: Path) -> int:
+    """Delete the files over :data:`BIG_FILE` under ``root``; returns the bytes freed."""
+    freed = 0
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            try:
+                size = os.lstat(path).st_size
+                if size > BIG_FILE:
+                    os.remove(path)
+                    freed += size
+            except OSError:
+                pass
+    return freed
+
+
+@pytest.fixture(scope="module")
+def module_tmp(tmp_path_factory, request) -> Path:
+    """A folder for runs a test module shares between its tests, removed when the module is done, whatever
+    its outcome (``tmp_path_factory`` folders otherwise stay until the session ends)."""
+    import shutil
+
+    path = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed:
+        item.stash[_FAILED] = True
+
+
+_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.fixture(autouse=True)
+def _failed_tests_keep_logs_not_weights(request):
+    """A failed test's tmp_path is kept for reading (tmp_path_retention_policy = failed): its logs, not its
+    checkpoints' weights."""
+    yield
+    path = getattr(request.node, "funcargs", {}).get("tmp_path")
+    if request.node.stash.get(_FAILED, False) and path is not None:
+        prune_big_files(Path(path))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    base = getattr(factory, "_basetemp", None)
+    if base is not None and Path(base).is_dir():
+        prune_big_files(Path(base))

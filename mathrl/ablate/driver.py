@@ -146,7 +146,7 @@ def _read_metrics(run_dir: Path) -> list[dict]:
 
 def _tokens(records: list[dict]) -> float:
     return float(sum(r.get("tokens", 0.0) or 0.0 for r in records
-                     if r.get("event") in (None, "rft_sampling") and isinstance(r.get("tokens", 0.0), (int, float))))
+                     if r.get("event") in (None, "rft_sampling", "dpo_sampling") and isinstance(r.get("tokens", 0.0), (int, float))))
 
 
 # config keys that do not change what a run computes: a finished run stays valid when only these change

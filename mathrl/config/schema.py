@@ -320,6 +320,9 @@ class AlgoConfig:
     sampling_rounds: int = option(
         4, "Most sampling rounds of train.batch_size prompts per step with algo.dynamic_sampling (DAPO's "
         "max_num_gen_batches); each extra round costs a full generation.", ge=1)
+    dpo_beta: float = option(0.1, "DPO's beta (methods dpo, online_dpo; Rafailov et al. 2023 and TRL: 0.1).", gt=0.0)
+    dpo_pairs: int = option(1, "DPO pairs per problem: the k-th correct sample with the k-th wrong one, k < this.", ge=1)
+    dpo_label_smoothing: float = option(0.0, "Conservative DPO's eps (0 = the paper's loss).", ge=0.0, lt=0.5)
     pass_rate_filter: int = option(
         0, "Skip prompts that every sample solved, or none did, each of the last K times they were sampled "
         "(K = this value; 0 = off). The history is kept in the checkpoint.", ge=0)

@@ -93,10 +93,11 @@ def optimizer_steps_per_rl_step(cfg: Config) -> int:
     return cfg.updates_per_step
 
 
-def build_models(cfg: Config, dist: DistInfo, total_steps: int) -> Models:
+def build_models(cfg: Config, dist: DistInfo, total_steps: int, *, reference: bool | None = None) -> Models:
     """The policy engine (and reference, critic). ``total_steps`` is in RL steps; the LR schedule and
     its warm-up (``train.warmup_steps``, also RL steps) are sized in optimizer steps, since the scheduler
-    advances once per optimizer step (:func:`optimizer_steps_per_rl_step` of them per RL step)."""
+    advances once per optimizer step (:func:`optimizer_steps_per_rl_step` of them per RL step). ``reference``:
+    load the reference model (default: when ``algo.kl_coef > 0``; the trainer asks its method)."""
 
     dtype = resolve_dtype(cfg.model.dtype)
     amp = compute_dtype(cfg, dtype, dist)
@@ -126,10 +127,11 @@ def build_models(cfg: Config, dist: DistInfo, total_steps: int) -> Models:
     if cfg.model.lora is not None:
         _exclude_tied_frozen(engine)
     ref = None
-    if cfg.algo.kl_coef > 0 and cfg.model.lora is not None and not cfg.model.ref_model:
+    reference = cfg.algo.kl_coef > 0 if reference is None else reference
+    if reference and cfg.model.lora is not None and not cfg.model.ref_model:
 
         ref = AdapterOffReference(engine.module)  # the base model: the policy with its adapters off
-    elif cfg.algo.kl_coef > 0:
+    elif reference:
         ref_path = resolve_model_path(cfg.model.ref_model, cfg.model.cache_dir) if cfg.model.ref_model else path
         with zero3_init(inference_ds_config(dtype, dist.world_size) if stage3 else None):
             ref_module = load_causal_lm(ref_path, dtype=dtype, attn_implementation=cfg.model.attn_implementation)

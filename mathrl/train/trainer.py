@@ -73,6 +73,11 @@ class Method:
         """Settings that have no effect with this method (printed once, before any expensive work)."""
         return []
 
+    def needs_reference(self, cfg: Config) -> bool:
+        """Whether the run loads a reference model (``models.ref``): by default when the KL to it is on
+        (``algo.kl_coef > 0``); a method whose update compares with the initial policy says so here."""
+        return cfg.algo.kl_coef > 0
+
     def start(self, trainer: Trainer) -> None:
         """Called once the models, the rollout engine, the memory fit and the first weight sync are done
         (and the state restored on resume), before the first step."""
@@ -142,7 +147,8 @@ class Trainer:
         decided = {k: v for k, v in self.resolved.changed(cfg).items() if k != "model.autocast"}
         if decided and dist.is_main:
             print("mathrl: auto settings: " + ", ".join(f"{k} -> {v}" for k, v in decided.items()), flush=True)
-        self.models = models = build_models(cfg, dist, cfg.train.steps)
+        self.models = models = build_models(cfg, dist, cfg.train.steps,
+                                            reference=self.method.needs_reference(cfg))
         self.resume_from, self.logger = resume_and_log(cfg, dist, self.out, models, self.state)
         # vLLM's context: what this run's prompts and max tokens need, unless rollout.max_model_len is set (vLLM's
         # default, the model's whole context, would reserve KV cache for sequences the run never forms)

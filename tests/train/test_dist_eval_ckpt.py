@@ -46,8 +46,8 @@ def _eval_events(out: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def runs(tiny_model_dir, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("dist_eval")
+def runs(tiny_model_dir, module_tmp):
+    tmp = module_tmp  # removed when the module ends (real-model runs)
     one, two = tmp / "ws1", tmp / "ws2"
     for out, ws in ((one, 1), (two, 2)):
         rc, log = launch(tiny_model_dir, out, ws, 1)

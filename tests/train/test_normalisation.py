@@ -32,8 +32,8 @@ def run_worker(model_dir: Path, out: Path, ws: int, timeout: int = 420, script: 
 
 
 @pytest.fixture(scope="module")
-def results(digit_model_dir, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("norm")
+def results(digit_model_dir, module_tmp):
+    tmp = module_tmp  # removed when the module ends (real-model runs)
     # a hang (ranks disagreeing on the micro-batch count under ZeRO-2/3) fails after 300 s
     return (run_worker(digit_model_dir, tmp / "ws1.pt", 1, timeout=300),
             run_worker(digit_model_dir, tmp / "ws2.pt", 2, timeout=300))

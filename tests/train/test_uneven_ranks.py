@@ -23,10 +23,10 @@ REL_TOL = 1e-4
 
 
 @pytest.fixture(scope="module")
-def results(embedded_model_path, tmp_path_factory):
+def results(embedded_model_path, module_tmp):
     from pathlib import Path
 
-    tmp = tmp_path_factory.mktemp("uneven")
+    tmp = module_tmp  # removed when the module ends (real-model runs)
     script = Path(__file__).with_name("_uneven_update.py")
     # the one-process reference under ZeRO-2 (ZeRO-3 equals it: tests/train/test_normalisation.py)
     one = run_worker(embedded_model_path, tmp / "ws1.pt", 1, timeout=600, script=script, args=(2,))
