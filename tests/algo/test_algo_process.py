@@ -1,0 +1,74 @@
+"""Process supervision's pure functions (mathrl/algo/process.py) against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from mathrl.algo.process import process_advantages, segment_steps, step_end_tokens, step_labels
+
+T = torch.tensor
+
+
+def test_segment_steps_by_the_documented_rule():
+    text = "a = 1\n\nb = 2\n so 3"
+    spans = segment_steps(text)
+    assert spans == [(0, 7), (7, 14), (14, 18)]
+    assert [text[a:b] for a, b in spans] == ["a = 1\n\n", "b = 2\n ", "so 3"]
+    assert segment_steps("one step") == [(0, 8)] and segment_steps("") == []
+    assert segment_steps("x\n") == [(0, 2)]
+    assert segment_steps("\n\nx\ny") == [(0, 4), (4, 5)]  # leading blank lines join the first step
+    assert segment_steps("x\n   \n") == [(0, 6)]  # a whitespace-only tail joins the step before
+    for t in ("a\nb\n\nc", "\n", "  x  \n y", "no newline"):
+        spans = segment_steps(t)
+        assert "".join(t[a:b] for a, b in spans) == t  # the spans cover the text in order
+
+
+def test_step_end_tokens_from_decoded_prefix_lengths():
+    # tokens decode to "a =", " 1\n", "\nb", " = 2" (prefix lengths 3, 6, 8, 12); steps end at chars 7 and 12
+    assert step_end_tokens([3, 6, 8, 12], [(0, 7), (7, 12)]) == [2, 3]
+    assert step_end_tokens([3, 6, 8, 12], [(0, 6), (6, 12)]) == [1, 3]  # a step ending on a token boundary
+    assert step_end_tokens([3, 6], [(0, 2), (2, 3), (3, 40)]) == [0, 0, 1]  # sharing a token; past the end
+    assert step_end_tokens([], [(0, 1)]) == []
+
+
+def test_step_labels_hard_and_soft():
+    hard, soft = step_labels([[True, False, False, False], [False] * 4, [True] * 4])
+    assert hard == [1.0, 0.0, 1.0] and soft == [0.25, 0.0, 1.0]
+    with pytest.raises(ValueError, match="step 1 has no completions"):
+        step_labels([[True], []])
+
+
+def test_process_advantages_by_hand():
+    """Group {0, 1}: response 0 has steps with rewards 1 and 0 ending at tokens 1 and 3, response 1 one step of
+    reward 0.9 ending at token 2 (its last token). R = {1, 0, 0.9}: mean 0.6333, unbiased std 0.55076, so
+    r~ = 0.6658, -1.1499 | 0.4842; each token gets the sum of the r~ of the steps ending at or after it."""
+    rewards = T([[1.0, 0.0], [0.9, 0.0]], dtype=torch.float64)
+    ends = T([[1, 3], [2, 0]])
+    smask = T([[True, True], [True, False]])
+    mask = T([[1, 1, 1, 1], [1, 1, 1, 0]])
+    adv = process_advantages(rewards, ends, smask, T([7, 7]), mask, eps=0.0)
+    mean = (1 + 0 + 0.9) / 3
+    std = math.sqrt(((1 - mean) ** 2 + mean ** 2 + (0.9 - mean) ** 2) / 2)
+    a, b, c = (1 - mean) / std, (0 - mean) / std, (0.9 - mean) / std
+    want = T([[a + b, a + b, b, b], [c, c, c, 0.0]], dtype=torch.float64)
+    torch.testing.assert_close(adv, want)
+    assert adv[1, 3] == 0  # padding
+    # the outcome-only control: one step per response (its reward at the last token) is GRPO's advantage
+    outcome = process_advantages(T([[1.0], [0.0]]), T([[3], [2]]), T([[True], [True]]), T([0, 0]), mask, eps=0.0)
+    g = 0.5 / math.sqrt(0.5)  # GRPO: (1 - 0.5) / std, std = sqrt(0.5)
+    torch.testing.assert_close(outcome, T([[g, g, g, g], [-g, -g, -g, 0.0]]))
+
+
+def test_process_advantages_groups_apart_and_equal_rewards_give_zero():
+    rewards = T([[1.0, 1.0], [1.0, 0.0], [0.2, 0.2], [0.2, 0.2]])
+    ends = T([[0, 1], [0, 1], [0, 1], [0, 1]])
+    smask = torch.ones(4, 2, dtype=torch.bool)
+    mask = torch.ones(4, 2)
+    adv = process_advantages(rewards, ends, smask, T([0, 0, 5, 5]), mask)
+    assert (adv[2:] == 0).all()  # every step reward of group 5 equal: no signal
+    assert adv[0, 1] > 0 > adv[1, 1]  # group 0 normalised on its own
+    with pytest.raises(ValueError, match="outside the response tokens"):
+        process_advantages(rewards, ends + 5, smask, T([0, 0, 5, 5]), mask)
