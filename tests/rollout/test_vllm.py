@@ -34,8 +34,8 @@ def _vllm_python_or_skip() -> str:
     return vllm_python()
 
 
-@pytest.fixture(scope="session")
-def vllm_engine(smollm2_path):
+@pytest.fixture(scope="module")  # the worker (about 4 GB) ends with this module, not with the session: it stayed
+def vllm_engine(smollm2_path):   # up beside the two-rank SmolLM2 runs of tests/train and the CI machine ran short
     py = _vllm_python_or_skip()
     t0 = time.perf_counter()
     eng = make_engine("vllm", smollm2_path, vllm_python=py, seed=0)

@@ -1,0 +1,81 @@
+"""Automatic step labels (Math-Shepherd, Wang et al. 2023; DeepSeekMath sec. 4.1.3): from the prefix that ends
+with each step of a sampled response, a policy samples K completions; the verifier grades each prefix+completion
+against the problem's answer; the step's hard label is 1 when some completion is correct, its soft label the
+fraction that are.
+
+The steps are :func:`mathrl.algo.process.segment_steps`' (a step ends at a line break), located on the response's
+own tokens (:func:`mathrl.algo.process.step_end_tokens`), so a label belongs to a token of the sampled response.
+The last step needs no completion: the response itself ends there, and its own verdict labels it (hard = soft).
+All prefixes of a batch go to the rollout engine in one ``generate`` call (``n = K``), which samples them as it
+samples training groups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from mathrl.algo.process import segment_steps, step_end_tokens, step_labels
+from mathrl.rollout import SamplingConfig
+
+__all__ = ["StepLabels", "decoded_prefix_lengths", "response_steps", "label_steps"]
+
+
+@dataclass
+class StepLabels:
+    """The labelled steps of one response: ``ends[j]`` is the response token at which step j ends, ``hard[j]``
+    and ``soft[j]`` its labels, ``texts[j]`` its text."""
+
+    ends: list[int]
+    hard: list[float]
+    soft: list[float]
+    texts: list[str]
+
+
+def decoded_prefix_lengths(tokenizer, ids: Sequence[int]) -> list[int]:
+    """``[len(decode(ids[:t + 1])) for t]``: where each token's text ends in the decoded response."""
+    return [len(tokenizer.decode(list(ids[: t + 1]), skip_special_tokens=True)) for t in range(len(ids))]
+
+
+def response_steps(tokenizer, ids: Sequence[int]) -> tuple[str, list[tuple[int, int]], list[int]]:
+    """The decoded text of a response, its step spans and the token at which each step ends."""
+    text = tokenizer.decode(list(ids), skip_special_tokens=True)
+    spans = segment_steps(text)
+    return text, spans, step_end_tokens(decoded_prefix_lengths(tokenizer, ids), spans)
+
+
+def label_steps(engine, tokenizer, prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[int]],
+                golds: Sequence[str], final_correct: Sequence[bool], *, k: int, sampling: SamplingConfig,
+                grade: Callable[[list[str], list[str]], list[bool]]) -> list[StepLabels]:
+    """Label every step of each response (``prompt_ids[i]``, ``response_ids[i]``: token ids without padding;
+    ``golds[i]`` the answer; ``final_correct[i]`` the response's own verdict, the label of its last step).
+
+    ``grade(responses, golds)`` returns a verdict per text (the verifier: ``reward.grade_batch``'s ``correct``).
+    Each earlier step gets ``k`` completions of ``prompt + response[: end + 1]`` from ``engine``; a completion is
+    graded as the response text up to the step followed by the completion."""
+    if not (len(prompt_ids) == len(response_ids) == len(golds) == len(final_correct)):
+        raise ValueError("label_steps: prompt_ids, response_ids, golds and final_correct differ in length")
+    if k < 1:
+        raise ValueError(f"label_steps: k={k} completions per step; allowed: k >= 1")
+    steps = [response_steps(tokenizer, ids) for ids in response_ids]
+    queries: list[tuple[int, int]] = []  # (response, step) that need completions
+    prompts: list[list[int]] = []
+    prefixes: list[str] = []
+    for i, (text, spans, ends) in enumerate(steps):
+        for j, end in enumerate(ends[:-1]):
+            queries.append((i, j))
+            prompts.append(list(prompt_ids[i]) + list(response_ids[i][: end + 1]))
+            prefixes.append(tokenizer.decode(list(response_ids[i][: end + 1]), skip_special_tokens=True))
+    verdicts: dict[tuple[int, int], list[bool]] = {}
+    if queries:
+        batch = engine.generate(prompts, k, sampling)
+        texts = [prefixes[q] + batch.response_text[q * k + c] for q in range(len(queries)) for c in range(k)]
+        ok = grade(texts, [golds[queries[q][0]] for q in range(len(queries)) for _ in range(k)])
+        for q, key in enumerate(queries):
+            verdicts[key] = list(ok[q * k:(q + 1) * k])
+    out = []
+    for i, (text, spans, ends) in enumerate(steps):
+        per_step = [verdicts[(i, j)] for j in range(len(ends) - 1)] + ([[bool(final_correct[i])]] if ends else [])
+        hard, soft = step_labels(per_step) if per_step else ([], [])
+        out.append(StepLabels(ends=list(ends), hard=hard, soft=soft, texts=[text[a:b] for a, b in spans]))
+    return out
