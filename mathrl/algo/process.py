@@ -5,6 +5,8 @@
   prefixes (so a step boundary inside a multi-byte token lands on that token);
 * :func:`step_labels` -- Math-Shepherd's automatic labels of a step from the verdicts of K completions sampled
   from its prefix: hard (1 if any completion is correct) and soft (the fraction correct);
+* :func:`prm_loss` -- the process reward model's loss: binary cross-entropy of its logit at each step's end
+  against the step's (hard or soft) label; :func:`roc_auc` scores it on held-out steps;
 * :func:`process_advantages` -- GRPO with process supervision: every step reward of a group normalised by the
   mean and std of all step rewards of the group, and each token's advantage the sum of the normalised rewards
   of the steps that end at or after it.
@@ -22,7 +24,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["segment_steps", "step_end_tokens", "step_labels", "process_advantages"]
+__all__ = ["segment_steps", "step_end_tokens", "step_labels", "process_advantages", "prm_loss", "roc_auc"]
 
 
 def segment_steps(text: str) -> list[tuple[int, int]]:
@@ -123,3 +125,51 @@ def process_advantages(step_rewards: Tensor, step_ends: Tensor, step_mask: Tenso
     at_end = torch.zeros(m.shape, dtype=dtype, device=r.device).scatter_add(1, ends.clamp(0, T - 1), norm)
     adv = at_end.flip(1).cumsum(1).flip(1)  # the sum over the steps that end at or after t
     return torch.where(m, adv, torch.zeros((), dtype=dtype))
+
+
+def prm_loss(logits: Tensor, labels: Tensor, step_mask: Tensor, *, norm_steps: float | Tensor | None = None
+             ) -> tuple[Tensor, dict[str, Tensor]]:
+    """Binary cross-entropy of a PRM's logits at the steps' ends (``[N, S]``) against their labels (hard 0/1 or
+    soft fractions, ``[N, S]``) over the real steps (``step_mask``)::
+
+        L = -(1 / n) sum_{steps} [y log sigmoid(z) + (1 - y) log sigmoid(-z)]
+
+    ``n`` = ``norm_steps`` (the optimizer step's global step count) or this call's own. ``stats`` (detached,
+    over these steps): ``accuracy`` (sigmoid(z) > 0.5 agrees with y > 0.5) and ``prob_mean``."""
+    if not (logits.shape == labels.shape == step_mask.shape):
+        raise ValueError(f"logits {tuple(logits.shape)}, labels {tuple(labels.shape)} and step_mask "
+                         f"{tuple(step_mask.shape)} must have one shape")
+    sm = step_mask.bool()
+    y = labels.to(logits.dtype)
+    if bool(((y < 0) | (y > 1))[sm].any()):
+        raise ValueError("prm_loss: labels must lie in [0, 1]")
+    per = torch.nn.functional.binary_cross_entropy_with_logits(logits, torch.where(sm, y, torch.zeros_like(y)),
+                                                               reduction="none")
+    n = sm.sum().clamp(min=1) if norm_steps is None else norm_steps
+    loss = torch.where(sm, per, torch.zeros_like(per)).sum() / n
+    with torch.no_grad():
+        count = sm.sum().clamp(min=1)
+        agree = ((logits.detach() > 0) == (y > 0.5)) & sm
+        stats = {"accuracy": agree.sum() / count,
+                 "prob_mean": torch.where(sm, torch.sigmoid(logits.detach()), torch.zeros_like(per)).sum() / count}
+    return loss, stats
+
+
+def roc_auc(scores: Sequence[float], labels: Sequence[bool]) -> float:
+    """The area under the ROC curve of ``scores`` for the binary ``labels``: the probability that a positive
+    scores above a negative, ties counting one half (Mann-Whitney U / (n_pos n_neg)). NaN without both classes."""
+    pos = [s for s, y in zip(scores, labels) if y]
+    neg = [s for s, y in zip(scores, labels) if not y]
+    if not pos or not neg:
+        return float("nan")
+    order = sorted(scores)
+    ranks: dict[float, float] = {}
+    i = 0
+    while i < len(order):  # average rank (1-based) of each distinct score
+        j = i
+        while j < len(order) and order[j] == order[i]:
+            j += 1
+        ranks[order[i]] = (i + 1 + j) / 2
+        i = j
+    u = sum(ranks[s] for s in pos) - len(pos) * (len(pos) + 1) / 2
+    return u / (len(pos) * len(neg))

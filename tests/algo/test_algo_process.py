@@ -72,3 +72,33 @@ def test_process_advantages_groups_apart_and_equal_rewards_give_zero():
     assert adv[0, 1] > 0 > adv[1, 1]  # group 0 normalised on its own
     with pytest.raises(ValueError, match="outside the response tokens"):
         process_advantages(rewards, ends + 5, smask, T([0, 0, 5, 5]), mask)
+
+
+def test_prm_loss_by_hand():
+    """Logits 0 and 2 with labels 1 and 0.25 (a soft label), a padded step: L = (log 2 + BCE(2, 0.25)) / 2 with
+    BCE(z, y) = softplus(z) - y z."""
+    from mathrl.algo.process import prm_loss
+
+    z = T([[0.0, 2.0, 9.0]], dtype=torch.float64, requires_grad=True)
+    y = T([[1.0, 0.25, 0.0]], dtype=torch.float64)
+    sm = T([[True, True, False]])
+    loss, st = prm_loss(z, y, sm)
+    sp = lambda x: math.log1p(math.exp(x))  # noqa: E731
+    assert float(loss.detach()) == pytest.approx((sp(0.0) - 0.0 + sp(2.0) - 0.25 * 2.0) / 2, abs=1e-12)
+    loss.backward()  # d/dz = (sigmoid(z) - y) / n, 0 at the padded step
+    sig = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
+    assert z.grad.tolist() == [[pytest.approx((0.5 - 1) / 2), pytest.approx((sig(2.0) - 0.25) / 2), 0.0]]
+    assert float(st["accuracy"]) == 0.0  # z = 0 is not > 0 for label 1; z = 2 > 0 for label 0.25
+    assert float(prm_loss(z.detach(), y, sm, norm_steps=4)[0]) == pytest.approx(float(loss.detach()) / 2)
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        prm_loss(z.detach(), y + 1, sm)
+
+
+def test_roc_auc_by_hand():
+    from mathrl.algo.process import roc_auc
+
+    assert roc_auc([0.9, 0.8, 0.3, 0.1], [True, True, False, False]) == 1.0
+    assert roc_auc([0.1, 0.9], [True, False]) == 0.0
+    # 0.8 (positive) vs negatives 0.5 and 0.8: 1 + 0.5 (a tie); 0.4 vs them: 0 + 0 -> 1.5 / 4
+    assert roc_auc([0.8, 0.4, 0.5, 0.8], [True, True, False, False]) == 0.375
+    assert math.isnan(roc_auc([0.1, 0.2], [True, True]))
