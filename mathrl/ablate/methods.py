@@ -275,6 +275,7 @@ class DPOMethod(PooledMethod):
             s = sample_and_grade(cfg, trainer.dist, models.tokenizer, trainer.rollout, trainer.problems, step)
         rows = dpo.pair_rows(s.batch.group_index.tolist(), s.correct, per_group=cfg.algo.dpo_pairs)
         data = dpo.pair_tokens(s.batch, rows)
+        data["correct"] = torch.tensor([bool(s.correct[r]) for r in rows], dtype=torch.bool)  # the verifier's verdicts
         data.update({f"filler_{k}": v for k, v in dpo.pair_tokens(s.batch, [0]).items()})
         reference = models.ref if self.online else models.policy.module  # offline: the policy is the initial model
         data["ref_logps"] = dpo.reference_logprobs(reference, dpo.as_forward_batch(data),
