@@ -1,4 +1,4 @@
-"""The one entry point: ``mathrl train | eval | ablate | verify | data``.
+"""The one entry point: ``mathrl train | eval | ablate | verify | data | prm``.
 
 Every sub-command validates its input before doing any work; configuration and
 input errors are printed as one line (no traceback) and exit with status 2.
@@ -22,6 +22,7 @@ commands:
   ablate   run an ablation study (RFT, online RFT, GRPO, PPO, variants) and write its report
   verify   grade a response against a gold answer, or a JSONL file of cases
   data     inspect problem sources (show rows, statistics)
+  prm      label steps automatically, train and evaluate a process reward model
 
 run `mathrl <command> --help` for the options of a command."""
 
@@ -96,7 +97,14 @@ def cmd_data(argv: list[str]) -> int:
     return data_main(argv)
 
 
-COMMANDS = {"train": cmd_train, "eval": cmd_eval, "ablate": cmd_ablate, "verify": cmd_verify, "data": cmd_data}
+def cmd_prm(argv: list[str]) -> int:
+    from mathrl.prm.cli import main as prm_main
+
+    return prm_main(argv)
+
+
+COMMANDS = {"train": cmd_train, "eval": cmd_eval, "ablate": cmd_ablate, "verify": cmd_verify, "data": cmd_data,
+            "prm": cmd_prm}
 
 
 def main(argv: list[str] | None = None) -> int:

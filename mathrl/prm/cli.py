@@ -1,0 +1,252 @@
+"""``mathrl prm``: label steps automatically, train a process reward model, evaluate it.
+
+    mathrl prm label CONFIG [key=value ...] --out labels.jsonl [--k 4] [--split train|heldout] [--problems N]
+    mathrl prm train --labels labels.jsonl --out prm/ [--model M] [--epochs 2] [--lr 1e-5] [--batch 16]
+                     [--target soft|hard] [--token-budget 8192] [--seed 0]
+    mathrl prm eval --prm prm/ --labels heldout.jsonl
+
+``label`` samples ``rollout.n`` responses per problem with the config's policy and rollout engine, grades them
+with the verifier and labels every step with :func:`mathrl.prm.labels.label_steps` (``--k`` completions per
+step); one JSON line per response. ``train`` fits the scalar head and the decoder of ``--model`` (default: the
+model the labels were sampled from) to the labels with :func:`mathrl.prm.model.prm_train_step`. ``eval`` reports
+the step accuracy and AUC against the hard labels and best-of-N: per problem, the response whose weakest step
+scores highest (Math-Shepherd's min), against majority voting and a random response (mean accuracy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from pathlib import Path
+
+import torch
+
+from mathrl.algo.process import roc_auc
+from mathrl.config import load_config
+from mathrl.data import render_prompt
+from mathrl.data.splits import heldout_problems, load_training_problems
+from mathrl.dist.collectives import init_distributed
+from mathrl.dist.engines import build_engine
+from mathrl.errors import InputError
+from mathrl.models import load_tokenizer, resolve_model_path
+from mathrl.models.value_head import ValueModel
+from mathrl.prm.labels import label_steps
+from mathrl.prm.model import prm_scores, prm_train_step
+from mathrl.reward import grade_batch
+from mathrl.rollout import SamplingConfig
+from mathrl.rollout.factory import make_engine
+from mathrl.train.rows import ForwardBatch
+
+__all__ = ["main", "read_records"]
+
+
+class PRMInputError(InputError):
+    """A bad ``mathrl prm`` input, reported as one line."""
+
+
+REQUIRED = {"problem_id": str, "gold": str, "prompt_ids": list, "response_ids": list, "correct": bool,
+            "ends": list, "hard": list, "soft": list}
+
+
+def read_records(path: str | Path) -> list[dict]:
+    """The labelled responses of a ``mathrl prm label`` file; a bad line raises :class:`PRMInputError` naming the
+    file, the line and the key at fault."""
+    p = Path(path)
+    if not p.is_file():
+        raise PRMInputError(f"{p}: no such file (write one with `mathrl prm label`)")
+    out = []
+    for ln, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise PRMInputError(f"{p}:{ln}: not valid JSON ({e.msg} at column {e.colno})") from None
+        for key, tp in REQUIRED.items():
+            if not isinstance(rec.get(key), tp):
+                raise PRMInputError(f"{p}:{ln}: key {key!r} must be a {tp.__name__}, got {rec.get(key)!r:.60}")
+        if not (len(rec["ends"]) == len(rec["hard"]) == len(rec["soft"])):
+            raise PRMInputError(f"{p}:{ln}: 'ends', 'hard' and 'soft' must have one length (one entry per step)")
+        if any(not 0 <= int(e) < len(rec["response_ids"]) for e in rec["ends"]):
+            raise PRMInputError(f"{p}:{ln}: a step end lies outside the response's {len(rec['response_ids'])} tokens")
+        out.append(rec)
+    if not out:
+        raise PRMInputError(f"{p}: no records")
+    return out
+
+
+def _unpadded(ids: torch.Tensor, mask: torch.Tensor) -> list[int]:
+    return ids[mask.bool()].tolist()
+
+
+def cmd_label(args) -> int:
+    cfg = load_config(args.config, args.overrides)
+    problems = load_training_problems(cfg) if args.split == "train" else heldout_problems(cfg)[1]
+    problems = problems[: args.problems] if args.problems else problems
+    path = resolve_model_path(cfg.model.name, cfg.model.cache_dir)
+    tok = load_tokenizer(path)
+    r = cfg.rollout
+    sampling = SamplingConfig(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_tokens=r.max_tokens,
+                              seed=cfg.train.seed)
+
+    def verdicts(texts, golds):
+        return [g.correct for g in grade_batch(texts, golds, workers=cfg.reward.workers)]
+
+    engine = make_engine(r.backend, path, dtype="float32", seed=cfg.train.seed)
+    try:
+        batch = engine.generate([render_prompt(p, tok, cfg.data.template) for p in problems], r.n, sampling)
+        golds = [p.gold for p in problems for _ in range(r.n)]
+        grades = grade_batch(batch.response_text, golds, workers=cfg.reward.workers)
+        prompt_ids = [_unpadded(batch.prompt_ids[i], batch.prompt_mask[i]) for i in range(len(golds))]
+        response_ids = [_unpadded(batch.response_ids[i], batch.response_mask[i]) for i in range(len(golds))]
+        keep = [i for i, ids in enumerate(response_ids) if ids]
+        labels = label_steps(engine, tok, [prompt_ids[i] for i in keep], [response_ids[i] for i in keep],
+                             [golds[i] for i in keep], [grades[i].correct for i in keep], k=args.k,
+                             sampling=SamplingConfig(**{**sampling.__dict__, "seed": cfg.train.seed + 1}),
+                             grade=verdicts)
+    finally:
+        engine.close()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", encoding="utf-8") as fh:
+        for i, lab in zip(keep, labels):
+            fh.write(json.dumps({"problem_id": problems[i // r.n].id, "gold": golds[i], "model": str(path),
+                                 "prompt_ids": prompt_ids[i], "response_ids": response_ids[i],
+                                 "response": batch.response_text[i], "answer": grades[i].extracted,
+                                 "correct": bool(grades[i].correct), "ends": lab.ends, "hard": lab.hard,
+                                 "soft": lab.soft}) + "\n")
+    steps = sum(len(lab.ends) for lab in labels)
+    print(f"mathrl prm label: {len(keep)} responses of {len(problems)} problems, {steps} steps, "
+          f"{sum(map(sum, (lab.hard for lab in labels))):.0f} labelled correct (hard) -> {out}")
+    return 0
+
+
+def _tensors(records: list[dict], pad: int, target: str):
+    """ForwardBatch (left-padded prompts, right-padded responses) and [N, S] ends, labels, step mask."""
+
+    n = len(records)
+    P = max(len(r["prompt_ids"]) for r in records)
+    T = max(len(r["response_ids"]) for r in records)
+    S = max(len(r["ends"]) for r in records)
+    pids = torch.full((n, P), pad, dtype=torch.long)
+    pmask = torch.zeros(n, P, dtype=torch.long)
+    rids = torch.full((n, T), pad, dtype=torch.long)
+    rmask = torch.zeros(n, T, dtype=torch.bool)
+    ends = torch.zeros(n, S, dtype=torch.long)
+    labels = torch.zeros(n, S)
+    smask = torch.zeros(n, S, dtype=torch.bool)
+    for i, r in enumerate(records):
+        p, q, k = len(r["prompt_ids"]), len(r["response_ids"]), len(r["ends"])
+        pids[i, P - p:], pmask[i, P - p:] = torch.tensor(r["prompt_ids"]), 1
+        rids[i, :q], rmask[i, :q] = torch.tensor(r["response_ids"]), True
+        ends[i, :k], labels[i, :k], smask[i, :k] = torch.tensor(r["ends"]), torch.tensor(r[target]), True
+    return ForwardBatch(pids, pmask, rids, rmask), ends, labels, smask
+
+
+def cmd_train(args) -> int:
+    records = read_records(args.labels)
+    path = resolve_model_path(args.model or records[0].get("model", "embedded"), None)
+    tok = load_tokenizer(path)
+    dist = init_distributed()
+    torch.manual_seed(args.seed)
+    prm = ValueModel.from_pretrained(path)
+    steps = args.epochs * -(-len(records) // args.batch)
+    engine = build_engine(prm, lr=args.lr, weight_decay=0.0, schedule="constant", warmup=0, total_steps=steps,
+                          stage=1, offload="none", grad_clip=1.0, dtype=torch.float32, world_size=dist.world_size)
+    rng = random.Random(args.seed)
+    for epoch in range(args.epochs):
+        order = list(range(len(records)))
+        rng.shuffle(order)
+        losses = []
+        for b in range(0, len(order), args.batch):
+            batch = [records[i] for i in order[b:b + args.batch]]
+            st = prm_train_step(engine, *_tensors(batch, tok.pad_token_id, args.target),
+                                token_budget=args.token_budget, device="cpu", world_size=dist.world_size)
+            losses.append(float(st["prm/loss"]))
+        print(f"mathrl prm train: epoch {epoch + 1}/{args.epochs}: loss {sum(losses) / len(losses):.4f}", flush=True)
+    out = Path(args.out)
+    engine.module.save_pretrained(out)
+    tok.save_pretrained(str(out))
+    print(f"mathrl prm train: {len(records)} responses, {sum(len(r['ends']) for r in records)} steps -> {out}")
+    return 0
+
+
+def evaluate(records: list[dict], probs: list[list[float]]) -> dict[str, float]:
+    """Step accuracy and AUC against the hard labels; best-of-N by the weakest step against majority voting
+    (equal extracted answers vote together; the right ones all count as the gold) and a random response."""
+
+    flat = [(p, h) for rec, ps in zip(records, probs) for p, h in zip(ps, rec["hard"])]
+    out = {"steps": float(len(flat)), "step_accuracy": sum((p > 0.5) == (h > 0.5) for p, h in flat) / len(flat),
+           "step_auc": roc_auc([p for p, _ in flat], [h > 0.5 for _, h in flat])}
+    by_problem: dict[str, list[int]] = {}
+    for i, rec in enumerate(records):
+        by_problem.setdefault(rec["problem_id"], []).append(i)
+    best, vote, mean = [], [], []
+    for rows in by_problem.values():
+        pick = max(rows, key=lambda i: min(probs[i]) if probs[i] else 0.0)
+        best.append(float(records[pick]["correct"]))
+        mean.append(sum(records[i]["correct"] for i in rows) / len(rows))
+        answers: dict[str, list[int]] = {}
+        for i in rows:
+            key = "<gold>" if records[i]["correct"] else (records[i].get("answer") or "").strip()
+            if key:
+                answers.setdefault(key, []).append(i)
+        vote.append(float(bool(answers) and max(answers.items(), key=lambda kv: len(kv[1]))[0] == "<gold>"))
+    out.update({"problems": float(len(by_problem)), "best_of_n": sum(best) / len(best),
+                "majority": sum(vote) / len(vote), "random": sum(mean) / len(mean)})
+    return out
+
+
+def cmd_eval(args) -> int:
+    records = read_records(args.labels)
+    if not Path(args.prm, "backbone.safetensors").is_file():
+        raise PRMInputError(f"--prm {args.prm}: not a PRM folder written by `mathrl prm train` "
+                            "(no backbone.safetensors)")
+    prm = ValueModel.from_pretrained(args.prm)
+
+    tok = load_tokenizer(args.prm)
+    tokens, ends, _, smask = _tensors(records, tok.pad_token_id, "hard")
+    p = prm_scores(prm, tokens, ends, smask, token_budget=args.token_budget, device="cpu")
+    probs = [p[i, : len(r["ends"])].tolist() for i, r in enumerate(records)]
+    result = evaluate(records, probs)
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="mathrl prm", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    lab = sub.add_parser("label", help="sample, grade and label steps automatically")
+    lab.add_argument("config", nargs="?")
+    lab.add_argument("overrides", nargs="*")
+    lab.add_argument("--out", required=True)
+    lab.add_argument("--k", type=int, default=4, help="completions per step (default 4)")
+    lab.add_argument("--split", choices=("train", "heldout"), default="train")
+    lab.add_argument("--problems", type=int, default=None, help="only the first N problems")
+    tr = sub.add_parser("train", help="train a PRM on labelled steps")
+    tr.add_argument("--labels", required=True)
+    tr.add_argument("--out", required=True)
+    tr.add_argument("--model", default=None, help="the model to start from (default: the one that was labelled)")
+    tr.add_argument("--epochs", type=int, default=2)
+    tr.add_argument("--lr", type=float, default=1e-5)
+    tr.add_argument("--batch", type=int, default=16, help="responses per optimizer step")
+    tr.add_argument("--target", choices=("soft", "hard"), default="soft")
+    tr.add_argument("--token-budget", type=int, default=8192)
+    tr.add_argument("--seed", type=int, default=0)
+    ev = sub.add_parser("eval", help="step accuracy, AUC and best-of-N of a PRM on labelled held-out responses")
+    ev.add_argument("--prm", required=True)
+    ev.add_argument("--labels", required=True)
+    ev.add_argument("--token-budget", type=int, default=8192)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if getattr(args, "k", 1) < 1 or getattr(args, "epochs", 1) < 1 or getattr(args, "batch", 1) < 1:
+        raise PRMInputError("--k, --epochs and --batch must be >= 1")
+    if args.cmd == "label" and args.config is not None and "=" in args.config:
+        args.overrides.insert(0, args.config)
+        args.config = None
+    return {"label": cmd_label, "train": cmd_train, "eval": cmd_eval}[args.cmd](args)

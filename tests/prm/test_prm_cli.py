@@ -1,0 +1,71 @@
+"""``mathrl prm label | train | eval`` end to end on SmolLM2 with the real verifier, and its input errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mathrl.prm.cli import PRMInputError, evaluate, read_records
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bad_label_files_name_the_file_line_and_key(tmp_path):
+    good = {"problem_id": "p", "gold": "1", "prompt_ids": [1], "response_ids": [2, 3], "correct": True,
+            "ends": [1], "hard": [1.0], "soft": [1.0]}
+    p = tmp_path / "l.jsonl"
+    p.write_text(json.dumps(good) + "\n" + json.dumps({**good, "ends": [5]}) + "\n")
+    with pytest.raises(PRMInputError, match=r"l.jsonl:2: a step end lies outside the response's 2 tokens"):
+        read_records(p)
+    p.write_text(json.dumps({**good, "hard": "x"}) + "\n")
+    with pytest.raises(PRMInputError, match=r"l.jsonl:1: key 'hard' must be a list"):
+        read_records(p)
+    with pytest.raises(PRMInputError, match="no such file"):
+        read_records(tmp_path / "none.jsonl")
+
+
+def test_best_of_n_majority_and_random_by_hand():
+    """Problem a: responses right (steps 0.9, 0.8), wrong "5" (0.95, 0.1), wrong "5" (0.3): the weakest-step
+    pick is the right one (0.8 > 0.3 > 0.1), the majority is "5" (wrong), a random response is right 1/3.
+    Problem b: one right response. Steps: 5, hard labels [1, 1, 1, 0, 0, 1]."""
+    recs = [{"problem_id": "a", "correct": True, "answer": "7", "hard": [1.0, 1.0]},
+            {"problem_id": "a", "correct": False, "answer": "5", "hard": [1.0, 0.0]},
+            {"problem_id": "a", "correct": False, "answer": "5", "hard": [0.0]},
+            {"problem_id": "b", "correct": True, "answer": "2", "hard": [1.0]}]
+    probs = [[0.9, 0.8], [0.95, 0.1], [0.3], [0.7]]
+    out = evaluate(recs, probs)
+    assert (out["best_of_n"], out["majority"], out["random"]) == (1.0, 0.5, pytest.approx((1 / 3 + 1) / 2))
+    assert out["steps"] == 6 and out["step_accuracy"] == pytest.approx(6 / 6)
+    assert out["step_auc"] == 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_label_train_eval_on_the_real_model(tmp_path, embedded_model_path):
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"), "MATHRL_PROGRESS": "0"}
+    common = ["configs/demo.yaml", f"model.name={embedded_model_path}", "rollout.backend=hf", "rollout.n=4",
+              "rollout.max_tokens=48", "--k", "2", "--problems", "6"]
+
+    def mathrl(*args):
+        p = subprocess.run([sys.executable, "-m", "mathrl.cli", "prm", *args], capture_output=True, text=True,
+                           timeout=800, cwd=str(ROOT), env=env)
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+        return p.stdout
+
+    mathrl("label", *common, "--out", str(tmp_path / "train.jsonl"))
+    mathrl("label", *common, "--split", "heldout", "--out", str(tmp_path / "held.jsonl"))
+    recs = read_records(tmp_path / "train.jsonl")
+    assert len(recs) == 24 and all(r["hard"][-1] == float(r["correct"]) for r in recs)
+    assert len({len(r["response_ids"]) for r in recs}) > 1 and sum(len(r["ends"]) for r in recs) > len(recs)
+    out = mathrl("train", "--labels", str(tmp_path / "train.jsonl"), "--out", str(tmp_path / "prm"),
+                 "--epochs", "2", "--batch", "8")
+    assert "epoch 2/2" in out and (tmp_path / "prm" / "backbone.safetensors").is_file()
+    result = json.loads(mathrl("eval", "--prm", str(tmp_path / "prm"), "--labels", str(tmp_path / "held.jsonl")))
+    assert result["problems"] == 6 and result["steps"] >= 24
+    for key in ("step_accuracy", "best_of_n", "majority", "random"):
+        assert 0.0 <= result[key] <= 1.0
