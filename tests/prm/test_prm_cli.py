@@ -49,7 +49,7 @@ def test_best_of_n_majority_and_random_by_hand():
 def test_label_train_eval_on_the_real_model(tmp_path, embedded_model_path):
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"), "MATHRL_PROGRESS": "0"}
     common = ["configs/demo.yaml", f"model.name={embedded_model_path}", "rollout.backend=hf", "rollout.n=4",
-              "rollout.max_tokens=48", "--k", "2", "--problems", "6"]
+              "rollout.max_tokens=40", "--k", "2", "--problems", "4"]
 
     def mathrl(*args):
         p = subprocess.run([sys.executable, "-m", "mathrl.cli", "prm", *args], capture_output=True, text=True,
@@ -60,12 +60,12 @@ def test_label_train_eval_on_the_real_model(tmp_path, embedded_model_path):
     mathrl("label", *common, "--out", str(tmp_path / "train.jsonl"))
     mathrl("label", *common, "--split", "heldout", "--out", str(tmp_path / "held.jsonl"))
     recs = read_records(tmp_path / "train.jsonl")
-    assert len(recs) == 24 and all(r["hard"][-1] == float(r["correct"]) for r in recs)
+    assert len(recs) == 16 and all(r["hard"][-1] == float(r["correct"]) for r in recs)
     assert len({len(r["response_ids"]) for r in recs}) > 1 and sum(len(r["ends"]) for r in recs) > len(recs)
     out = mathrl("train", "--labels", str(tmp_path / "train.jsonl"), "--out", str(tmp_path / "prm"),
                  "--epochs", "2", "--batch", "8")
     assert "epoch 2/2" in out and (tmp_path / "prm" / "backbone.safetensors").is_file()
     result = json.loads(mathrl("eval", "--prm", str(tmp_path / "prm"), "--labels", str(tmp_path / "held.jsonl")))
-    assert result["problems"] == 6 and result["steps"] >= 24
+    assert result["problems"] == 4 and result["steps"] >= 16
     for key in ("step_accuracy", "best_of_n", "majority", "random"):
         assert 0.0 <= result[key] <= 1.0
