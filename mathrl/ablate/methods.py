@@ -276,10 +276,13 @@ class DPOMethod(PooledMethod):
         rows = dpo.pair_rows(s.batch.group_index.tolist(), s.correct, per_group=cfg.algo.dpo_pairs)
         data = dpo.pair_tokens(s.batch, rows)
         data["correct"] = torch.tensor([bool(s.correct[r]) for r in rows], dtype=torch.bool)  # the verifier's verdicts
-        data.update({f"filler_{k}": v for k, v in dpo.pair_tokens(s.batch, [0]).items()})
+        filler = dpo.pair_tokens(s.batch, [0])
+        data.update({f"filler_{k}": v for k, v in filler.items()})
         reference = models.ref if self.online else models.policy.module  # offline: the policy is the initial model
-        data["ref_logps"] = dpo.reference_logprobs(reference, dpo.as_forward_batch(data),
-                                                   token_budget=cfg.train.micro_batch_tokens, device=device())
+        # every rank runs the forwards (agreed counts, ZeRO-3); a rank without pairs runs its filler row
+        ref = dpo.reference_logprobs(reference, dpo.as_forward_batch(data if rows else filler),
+                                     token_budget=cfg.train.micro_batch_tokens, device=device())
+        data["ref_logps"] = ref if rows else ref[:0]
         mask = s.batch.response_mask.bool()
         correct = s.correct
         stats = {"reward/accuracy": sum(correct) / len(correct), "reward/mean": float(s.scores.mean()),

@@ -47,9 +47,11 @@ def as_forward_batch(data: dict[str, Tensor]) -> ForwardBatch:
 def reference_logprobs(model, tokens: ForwardBatch, *, token_budget: int, device, layout: Layout | None = None
                        ) -> Tensor:
     """``[N]`` sequence logprobs of ``tokens``' responses under ``model`` (a module or an inference engine), at
-    temperature 1, in eval mode."""
+    temperature 1, in eval mode. Every rank must call it (the forward count is agreed over the ranks, and ZeRO-3
+    gathers parameters inside each forward): a rank without rows passes a filler row and drops the result."""
     if tokens.response_ids.shape[0] == 0:
-        return torch.zeros(0, dtype=torch.float32)
+        raise ValueError("reference_logprobs: no rows; a rank without rows passes a filler row so that it takes "
+                         "part in the ranks' forwards")
     module = getattr(model, "module", model)
     was = module.training
     module.eval()
@@ -98,9 +100,10 @@ def dpo_train_step(engine, tokens: ForwardBatch, ref_logps: Tensor, *, beta: flo
         coef[0::2], coef[1::2] = chosen.grad, rejected.grad
         sums = [float(loss.detach()) * global_pairs] + [float(st[k]) * pairs for k in
                                                ("margin", "accuracy", "reward_chosen", "reward_rejected")]
-    else:  # take part in the gradient reduction with one fully masked row
+    else:  # take part in the ranks' forwards and the gradient reduction with one fully masked row
         if filler is None or filler.response_ids.shape[0] == 0:
             raise ValueError("dpo_train_step: a rank without pairs needs a filler row to take part in the step")
+        reference_logprobs(engine.module, filler, token_budget=token_budget, device=device, layout=layout)
         tokens = dataclasses.replace(filler, response_mask=torch.zeros_like(filler.response_mask))
     rows = torch.arange(n) if pairs else torch.zeros(1, dtype=torch.long)
     plan = layout.plan(tokens, token_budget, rows)

@@ -87,6 +87,26 @@ def test_dpo_offline_and_online_on_the_trainer(tmp_path, digit_model_dir, monkey
     assert all(torch.equal(w_part[k], w_full[k]) for k in w_full)
 
 
+@pytest.mark.slow
+def test_dpo_on_two_ranks_with_uneven_pairs(tmp_path, digit_model_dir):
+    """World size 2 under ZeRO-2: each rank samples its own half of the problems, so the ranks hold different
+    numbers of pairs (a rank without any steps with a masked row); the loss is normalised by the pairs of both
+    (step 1: log 2 over all of them), nothing hangs, and each rank kept its own pool."""
+    sys.path.insert(0, str(ROOT / "tests" / "train"))
+    from _train_tasks import torchrun
+
+    out = tmp_path / "ws2"
+    rc, log = torchrun(Path(__file__).with_name("_dpo_two_ranks.py"), (digit_model_dir, out), 2)
+    assert rc == 0, log[-3000:]
+    steps = [r for r in read_metrics(out / "metrics.jsonl") if "event" not in r]
+    assert [r["step"] for r in steps] == [1, 2, 3, 4] and all(r["stepped"] == 1.0 for r in steps)
+    assert steps[0]["dpo/loss"] == pytest.approx(math.log(2), abs=1e-9) and steps[0]["dpo/margin"] == 0.0
+    pools = [load_pool(out / f"dpo_pool.rank{r}.safetensors") for r in (0, 1)]
+    per_rank = [[p[0]["response_ids"].shape[0] // 2 for p in pool] for pool in pools]
+    assert [a + b for a, b in zip(*per_rank)] == [r["dpo/pairs"] for r in steps]
+    assert any(a != b for a, b in zip(*per_rank)), per_rank  # uneven work
+
+
 def test_pair_rows_put_the_correct_response_first():
     from mathrl.train.dpo import pair_rows
 
