@@ -200,10 +200,10 @@ def evaluate(records: list[dict], probs: list[list[float]]) -> dict[str, float]:
 
 
 def cmd_eval(args) -> int:
-    records = read_records(args.labels)
     if not Path(args.prm, "backbone.safetensors").is_file():
         raise PRMInputError(f"--prm {args.prm}: not a PRM folder written by `mathrl prm train` "
                             "(no backbone.safetensors)")
+    records = read_records(args.labels)
     prm = ValueModel.from_pretrained(args.prm)
 
     tok = load_tokenizer(args.prm)

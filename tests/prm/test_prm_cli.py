@@ -69,3 +69,38 @@ def test_label_train_eval_on_the_real_model(tmp_path, embedded_model_path):
     assert result["problems"] == 4 and result["steps"] >= 16
     for key in ("step_accuracy", "best_of_n", "majority", "random"):
         assert 0.0 <= result[key] <= 1.0
+
+
+def test_label_records_become_padded_tensors_by_hand():
+    from mathrl.prm.cli import _tensors
+
+    recs = [{"prompt_ids": [5, 6], "response_ids": [7, 8, 9], "ends": [0, 2], "hard": [1.0, 0.0], "soft": [0.5, 0.0]},
+            {"prompt_ids": [4], "response_ids": [3], "ends": [0], "hard": [1.0], "soft": [1.0]}]
+    tokens, ends, labels, smask = _tensors(recs, pad=0, target="soft")
+    assert tokens.prompt_ids.tolist() == [[5, 6], [0, 4]] and tokens.prompt_mask.tolist() == [[1, 1], [0, 1]]
+    assert tokens.response_ids.tolist() == [[7, 8, 9], [3, 0, 0]]
+    assert tokens.response_mask.tolist() == [[True, True, True], [True, False, False]]
+    assert ends.tolist() == [[0, 2], [0, 0]] and labels.tolist() == [[0.5, 0.0], [1.0, 0.0]]
+    assert smask.tolist() == [[True, True], [True, False]]
+    assert _tensors(recs, pad=0, target="hard")[2].tolist() == [[1.0, 0.0], [1.0, 0.0]]
+
+
+def test_majority_vote_abstains_without_answers_and_counts_right_answers_together():
+    """Problem a: two right answers written differently ("1/2", "0.5": both graded right) outvote one wrong
+    "3"; problem b: no response has an answer, so the vote is empty (wrong)."""
+    recs = [{"problem_id": "a", "correct": True, "answer": "1/2", "hard": [1.0]},
+            {"problem_id": "a", "correct": True, "answer": "0.5", "hard": [1.0]},
+            {"problem_id": "a", "correct": False, "answer": "3", "hard": [0.0]},
+            {"problem_id": "b", "correct": False, "answer": None, "hard": [0.0]},
+            {"problem_id": "b", "correct": False, "answer": "", "hard": [0.0]}]
+    out = evaluate(recs, [[0.9], [0.2], [0.8], [0.1], [0.4]])
+    assert out["majority"] == 0.5 and out["best_of_n"] == 0.5 and out["random"] == pytest.approx((2 / 3) / 2)
+
+
+def test_bad_arguments_are_refused_in_one_line(tmp_path):
+    from mathrl.prm.cli import main
+
+    with pytest.raises(PRMInputError, match="--k, --epochs and --batch must be >= 1"):
+        main(["label", "configs/demo.yaml", "--out", str(tmp_path / "x.jsonl"), "--k", "0"])
+    with pytest.raises(PRMInputError, match="not a PRM folder"):
+        main(["eval", "--prm", str(tmp_path), "--labels", str(tmp_path / "x.jsonl")])
