@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from mathrl.prm.cli import PRMInputError, evaluate, read_records
+from mathrl.procs import without_dist_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,7 +48,9 @@ def test_best_of_n_majority_and_random_by_hand():
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_label_train_eval_on_the_real_model(tmp_path, embedded_model_path):
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"), "MATHRL_PROGRESS": "0"}
+    # without the process-group variables an in-process run earlier in this pytest process left behind (the
+    # fresh-clone CI of 76e060d: `mathrl prm train` tried that run's rendezvous and failed)
+    env = {**without_dist_env(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"), "MATHRL_PROGRESS": "0"}
     common = ["configs/demo.yaml", f"model.name={embedded_model_path}", "rollout.backend=hf", "rollout.n=4",
               "rollout.max_tokens=40", "--k", "2", "--problems", "4"]
 
