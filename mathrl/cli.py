@@ -70,6 +70,10 @@ def cmd_train(argv: list[str]) -> int:
         raise UserError("the training loop is not part of this version of mathrl yet; "
                         "`mathrl train --print-config` validates a recipe, `mathrl eval` evaluates a model") \
             from None
+    if cfg.algo.prm_update_every:  # iterative RL that retrains the PRM: the prm package's method on the trainer
+        from mathrl.prm.iterative import run as iterative_run
+
+        return int(iterative_run(cfg) or 0)
     return int(train_run(cfg) or 0)
 
 

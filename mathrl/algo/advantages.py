@@ -39,6 +39,7 @@ from typing import Any, Callable, Literal, TypeVar, Union
 import torch
 from torch import Tensor
 
+from mathrl.algo.process import StepRewards, process_advantages
 from mathrl.registry import ESTIMATORS, UnknownNameError
 
 __all__ = [
@@ -83,6 +84,8 @@ class EstimatorSpec:
     Calling convention of ``fn`` by kind (what :func:`estimate_advantages` does):
 
     * ``level="sequence"``: ``fn(scores [N], group_index [N], **params) -> [N]``;
+    * ``level="step"``: ``fn(steps, scores [N], group_index [N], mask [N, T], **params) -> [N, T]`` with
+      ``steps`` the process rewards (:class:`mathrl.algo.process.StepRewards`, from a process reward model);
     * ``level="token"``, no critic: ``fn(token_rewards [N, T], mask, *, reduce, **params) -> [N, T]``;
     * ``level="token"``, ``needs_critic``: ``fn(token_rewards, values, mask, **params) -> (advantages,
       returns)``; the advantages are then whitened over the global batch when ``whiten``.
@@ -95,7 +98,7 @@ class EstimatorSpec:
 
     name: str
     fn: Callable[..., Any]
-    level: Literal["sequence", "token"]
+    level: Literal["sequence", "token", "step"]
     needs_critic: bool
     min_group: int
     params: tuple[str, ...]
@@ -106,14 +109,16 @@ class EstimatorSpec:
     loss_agg: str | None = None
 
 
-def register_estimator(name: str, *, level: Literal["sequence", "token"], needs_critic: bool = False,
+def register_estimator(name: str, *, level: Literal["sequence", "token", "step"], needs_critic: bool = False,
                        min_group: int = 1, params: tuple[str, ...] = (), whiten: bool = False,
                        doc: str | None = None, global_stats: bool = False, group_baseline: bool = False,
                        loss_agg: str | None = None) -> Callable[[F], F]:
     """Register the decorated function as the advantage estimator ``name`` (returned unchanged).
 
     ``level``: "sequence" (one advantage per response, broadcast to its tokens; a KL in the reward is
-    folded into the score first) or "token" (per-token rewards in; the KL goes into them, PPO style).
+    folded into the score first), "token" (per-token rewards in; the KL goes into them, PPO style) or "step"
+    (process rewards of each response's steps in, from the run's process reward model ``model.prm``; the KL
+    stays in the loss).
     ``needs_critic``: the trainer loads a value model and passes ``values`` (token level only).
     ``min_group``: the smallest ``rollout.n`` it learns anything with (2 for a group baseline).
     ``params``: names of ``cfg.algo`` fields passed as keyword arguments (see :func:`estimator_params`).
@@ -121,8 +126,8 @@ def register_estimator(name: str, *, level: Literal["sequence", "token"], needs_
     ``doc``: one line for ``--help`` (default: the first line of the function's docstring).
     ``global_stats``, ``group_baseline``, ``loss_agg``: see :class:`EstimatorSpec`.
     """
-    if level not in ("sequence", "token"):
-        raise ValueError(f"estimator {name!r}: level must be 'sequence' or 'token', got {level!r}")
+    if level not in ("sequence", "token", "step"):
+        raise ValueError(f"estimator {name!r}: level must be 'sequence', 'token' or 'step', got {level!r}")
     if needs_critic and level != "token":
         raise ValueError(f"estimator {name!r}: a critic estimator must be token level")
     if global_stats and level != "sequence" or group_baseline and (level != "token" or needs_critic):
@@ -341,6 +346,27 @@ def dr_grpo(scores: Tensor, group_index: Tensor) -> Tensor:
     return grpo(scores, group_index, std_normalize=False)
 
 
+@register_estimator("grpo_ps", level="step", min_group=2, params=("ps_outcome_weight",))
+def grpo_ps(steps: StepRewards, scores: Tensor, group_index: Tensor, mask: Tensor, *,
+            ps_outcome_weight: float = 0.0) -> Tensor:
+    """GRPO with process supervision (DeepSeekMath sec. 4.1.3): a PRM's step rewards, group-normalised.
+
+    ::
+
+        r~_ij   = (r_ij - mean(R_g)) / std(R_g)      R_g = every step reward of the group
+        A_{i,t} = sum_{j : end(i, j) >= t} r~_ij  +  w * A^OS_i
+
+    (:func:`mathrl.algo.process.process_advantages`). ``w`` = ``ps_outcome_weight`` mixes in GRPO's outcome
+    advantage ``A^OS`` of the verifier's scores (:func:`grpo`, group std) at the advantage level, as PRIME
+    combines its implicit process and outcome returns; 0 (default) is the paper's process-only GRPO. With one
+    step per response and step reward = score the process term equals GRPO's outcome advantage.
+    """
+    adv = process_advantages(steps.rewards, steps.ends, steps.mask, group_index, mask)
+    if ps_outcome_weight:
+        adv = adv + ps_outcome_weight * broadcast_to_tokens(grpo(scores, group_index), mask).to(adv.dtype)
+    return adv
+
+
 @register_estimator("rloo", level="sequence", min_group=2)
 def rloo(scores: Tensor, group_index: Tensor) -> Tensor:
     """REINFORCE Leave-One-Out advantage (Ahmadian et al. 2024; Kool et al. 2019).
@@ -529,8 +555,8 @@ def estimator_params(name: str, algo_cfg: Any) -> dict[str, Any]:
 
 def estimate_advantages(name: str, scores: Tensor, group_index: Tensor, mask: Tensor, *,
                         params: Mapping[str, Any], kl_tokens: Tensor | None = None, kl_coef: float = 0.0,
-                        values: Tensor | None = None, reduce: Reduce | None = None
-                        ) -> tuple[Tensor, Tensor | None]:
+                        values: Tensor | None = None, reduce: Reduce | None = None,
+                        steps: StepRewards | None = None) -> tuple[Tensor, Tensor | None]:
     """Token-level advantages ``[N, T]`` (and the value targets for a critic estimator, else ``None``)
     of the registered estimator ``name``.
 
@@ -540,9 +566,16 @@ def estimate_advantages(name: str, scores: Tensor, group_index: Tensor, mask: Te
     (:func:`sequence_kl_scores`, RLOO-style), per token for a token-level one
     (:func:`token_level_rewards`, PPO-style). Sequence-level advantages are copied to every valid token
     (:func:`broadcast_to_tokens`). ``values [N, T]`` is required by a critic estimator. ``reduce``
-    (:data:`Reduce`) makes the whitening statistics (REINFORCE++, GAE) those of the global batch.
+    (:data:`Reduce`) makes the whitening statistics (REINFORCE++, GAE) those of the global batch. ``steps``
+    (the process rewards) is required by a step-level estimator, which takes no KL in the reward.
     """
     spec = get_estimator_spec(name)
+    if spec.level == "step":
+        if steps is None:
+            raise ValueError(f"advantage estimator {name!r} needs process rewards: pass steps (StepRewards)")
+        if kl_tokens is not None and kl_coef:
+            raise ValueError(f"advantage estimator {name!r} takes the KL in the loss, not in the reward")
+        return spec.fn(steps, scores, group_index, mask, **params), None
     if spec.level == "sequence":
         if kl_tokens is not None and kl_coef:
             scores = sequence_kl_scores(scores, kl_tokens, mask, kl_coef)

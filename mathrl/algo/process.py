@@ -20,11 +20,22 @@ cover the whole text, in order, without overlap.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-__all__ = ["segment_steps", "step_end_tokens", "step_labels", "process_advantages", "prm_loss", "roc_auc"]
+__all__ = ["StepRewards", "segment_steps", "step_end_tokens", "step_labels", "process_advantages", "prm_loss", "roc_auc"]
+
+
+@dataclass(frozen=True)
+class StepRewards:
+    """The process rewards of a batch of responses, ``[N, S]`` each: ``rewards[i, j]`` of step j of response i,
+    ``ends[i, j]`` the response token through which that step's reward is credited, ``mask`` the real steps."""
+
+    rewards: Tensor
+    ends: Tensor
+    mask: Tensor
 
 
 def segment_steps(text: str) -> list[tuple[int, int]]:

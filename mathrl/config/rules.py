@@ -58,6 +58,33 @@ def refuse(cfg: Config) -> None:
         raise ConfigError(f"algo.std_normalize = {cfg.algo.std_normalize!r} with algo.advantage resolving to "
                           f"{spec.name!r}: only {', '.join(takes)} reads algo.std_normalize, so the setting would be "
                           f"ignored; use algo.advantage={takes[0]} with it, or leave algo.std_normalize at true")
+    if spec.level == "step" and not cfg.model.prm:
+        raise ConfigError(f"algo.advantage = {spec.name!r} scores each step with a process reward model, and "
+                          "model.prm is not set; train one (`mathrl prm label`, then `mathrl prm train --out DIR`) "
+                          "and set model.prm=DIR")
+    if cfg.model.prm and spec.level != "step":
+        takes = [s.name for s in ESTIMATORS.values() if s.level == "step"]
+        raise ConfigError(f"model.prm = {cfg.model.prm!r} with algo.advantage resolving to {spec.name!r}: only "
+                          f"{', '.join(takes)} reads a process reward model, so it would be loaded and ignored; set "
+                          f"algo.advantage={takes[0]}, or remove model.prm")
+    if cfg.model.prm and not Path(cfg.model.prm, "backbone.safetensors").is_file():
+        raise ConfigError(f"model.prm = {cfg.model.prm!r}: not a process reward model folder written by "
+                          "`mathrl prm train` (no backbone.safetensors in it)")
+    if spec.level == "step" and cfg.algo.kl_coef > 0 and cfg.kl_in == "reward":
+        raise ConfigError(f"algo.kl_in = reward with algo.advantage = {spec.name!r}: the process advantage is built "
+                          "from the PRM's step rewards only (DeepSeekMath keeps GRPO's KL in the loss); set "
+                          "algo.kl_in=loss (or auto)")
+    if cfg.algo.prm_update_every and spec.level != "step":
+        raise ConfigError(f"algo.prm_update_every = {cfg.algo.prm_update_every} with algo.advantage resolving to "
+                          f"{spec.name!r}: retraining a process reward model only matters for algo.advantage=grpo_ps")
+    if cfg.algo.prm_update_every and cfg.deepspeed.zero_stage == 3:
+        raise ConfigError(f"algo.prm_update_every = {cfg.algo.prm_update_every} with deepspeed.zero_stage = 3: the PRM "
+                          "is a sharded inference engine under ZeRO-3 and is not retrained in the run; use zero_stage "
+                          "1 or 2, or algo.prm_update_every=0")
+    if cfg.algo.ps_outcome_weight and "ps_outcome_weight" not in spec.params:
+        raise ConfigError(f"algo.ps_outcome_weight = {cfg.algo.ps_outcome_weight} with algo.advantage resolving to "
+                          f"{spec.name!r}: only grpo_ps mixes an outcome advantage into process rewards, so the "
+                          "setting would be ignored; set algo.advantage=grpo_ps, or algo.ps_outcome_weight=0")
     if cfg.algo.dynamic_sampling and spec.min_group < 2:
         group_est = [s.name for s in ESTIMATORS.values() if s.min_group >= 2]
         raise ConfigError(f"algo.dynamic_sampling = true with algo.advantage resolving to {spec.name!r}: dynamic "

@@ -80,6 +80,8 @@ class ModelConfig:
                                       "Not loaded at all when algo.kl_coef is 0.")
     critic_model: Optional[str] = option(None, "Critic backbone for PPO (value head on a causal LM); "
                                          "default: initialised from the policy.")
+    prm: Optional[str] = option(None, "Process reward model for algo.advantage=grpo_ps: a `mathrl prm train` folder, "
+                                "loaded frozen beside the policy (same tokenizer). Refused with other estimators.")
     disable_dropout: bool = option(True, "Set every dropout probability of the policy, reference and critic to 0 "
                                    "(as TRL does by default). The old logprobs are computed without dropout, so "
                                    "with dropout on in training the PPO ratio would not start at 1.")
@@ -320,6 +322,19 @@ class AlgoConfig:
     sampling_rounds: int = option(
         4, "Most sampling rounds of train.batch_size prompts per step with algo.dynamic_sampling (DAPO's "
         "max_num_gen_batches); each extra round costs a full generation.", ge=1)
+    ps_outcome_weight: float = option(0.0, "grpo_ps: A = A_process + w * A_outcome (GRPO's advantage of the verifier's "
+                                      "scores); w = this. 0 = DeepSeekMath's process-only GRPO.", ge=0.0)
+    prm_update_every: int = option(
+        0, "Iterative RL with the PRM (DeepSeekMath Algorithm 1; algo.advantage=grpo_ps): every N steps the current "
+        "policy's samples of the step's problems are labelled (algo.prm_label_k completions per step) and the PRM "
+        "continues training on them plus a replay of earlier labelled data (algo.prm_replay); pair it with "
+        "algo.ref_update_every=N. 0 = the PRM stays fixed.", ge=0)
+    prm_replay: float = option(0.1, "Replay share of a PRM round: this fraction of all earlier labelled responses "
+                               "joins the new ones (DeepSeekMath: 10%).", ge=0.0, le=1.0)
+    prm_label_k: int = option(4, "Completions sampled from each step's prefix to label it (Math-Shepherd's N).", ge=1)
+    prm_lr: float = option(1e-5, "Learning rate of the PRM in a round (a fresh Adam each round).", gt=0.0)
+    prm_epochs: int = option(1, "Passes over a round's responses (new and replayed).", ge=1)
+    prm_batch: int = option(16, "Labelled responses per PRM optimizer step (per rank).", ge=1)
     dpo_beta: float = option(0.1, "DPO's beta (methods dpo, online_dpo; Rafailov et al. 2023 and TRL: 0.1).", gt=0.0)
     dpo_pairs: int = option(1, "DPO pairs per problem: the k-th correct sample with the k-th wrong one, k < this.", ge=1)
     dpo_label_smoothing: float = option(0.0, "Conservative DPO's eps (0 = the paper's loss).", ge=0.0, lt=0.5)
@@ -390,16 +405,14 @@ class TrainConfig:
 @dataclass
 class DeepSpeedConfig:
     zero_stage: int = option(2, "ZeRO stage (0 = plain data parallel).", ge=0, le=3)
-    offload: Literal["none", "optimizer", "all"] = option("none", "Offload optimizer state (and with 'all', "
-                                                          "ZeRO-3 parameters) to CPU memory. DeepSpeed then builds "
-                                                          "its own DeepSpeedCPUAdam from train.lr/weight_decay (it "
-                                                          "refuses a client optimizer); its C++ op is JIT-compiled "
-                                                          "once per machine (~1 min, needs a C++ compiler).")
-    config_path: Optional[str] = option(None, "A DeepSpeed JSON to use instead of ds_configs/zero<stage>.json; "
-                                        "'auto' values are filled from this config. Numeric batch sizes must "
-                                        "satisfy train_batch_size = train_micro_batch_size_per_gpu x "
-                                        "gradient_accumulation_steps x world size ('auto' micro-batch = 1: "
-                                        "micro-batches are sized by train.micro_batch_tokens).")
+    offload: Literal["none", "optimizer", "all"] = option(
+        "none", "Offload optimizer state (and with 'all', ZeRO-3 parameters) to CPU memory. DeepSpeed then builds its "
+        "own DeepSpeedCPUAdam from train.lr/weight_decay (it refuses a client optimizer); its C++ op is JIT-compiled "
+        "once per machine (~1 min, needs a C++ compiler).")
+    config_path: Optional[str] = option(
+        None, "A DeepSpeed JSON to use instead of ds_configs/zero<stage>.json; 'auto' values are filled from this "
+        "config. Numeric batch sizes must satisfy train_batch_size = train_micro_batch_size_per_gpu x "
+        "gradient_accumulation_steps x world size ('auto' micro-batch = 1: sized by train.micro_batch_tokens).")
 
 
 @dataclass
@@ -409,11 +422,10 @@ class LoggingConfig:
     wandb: bool = option(False, "Log to Weights & Biases (when installed).")
     wandb_project: str = option("mathrl", "W&B project name.")
     log_every: int = option(1, "Steps between console lines (every step goes to metrics.jsonl).", ge=1)
-    log_samples: int = option(4, "Sampled completions per step written to <output_dir>/rollouts.jsonl (prompt, "
-                              "response, extracted answer, gold, reward, advantage), spread over the main rank's "
-                              "groups; 0 = none.", ge=0)
-    show_samples: int = option(0, "Every N steps, also print that step's logged completions as a table on the "
-                               "console (0 = never).", ge=0)
+    log_samples: int = option(4, "Completions per step written to <output_dir>/rollouts.jsonl (prompt, response, answer, "
+                              "gold, reward, advantage; grpo_ps: step rewards), spread over rank 0's groups; 0 = none.", ge=0)
+    show_samples: int = option(0, "Every N steps, also print that step's logged completions as a table (0 = never).",
+                               ge=0)
 
 
 @dataclass

@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
 __all__ = ["DistInfo", "all_gather_objects", "all_ranks_ok", "all_reduce", "device", "free_port", "global_min",
-           "global_sum", "init_distributed"]
+           "global_sum", "init_distributed", "sum_over_ranks"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,11 @@ def all_ranks_ok(flag: bool) -> bool:
 def global_sum(t: torch.Tensor) -> torch.Tensor:
     """Sum of ``t`` over the ranks (the ``reduce`` of the algo functions' global statistics)."""
     return all_reduce(t, "sum")
+
+
+def sum_over_ranks(values: Sequence[float]) -> list[float]:
+    """Each of ``values`` summed over the ranks, in float64 (host numbers: counts, losses of a step)."""
+    return global_sum(torch.tensor([float(v) for v in values], dtype=torch.float64)).tolist()
 
 
 def global_min(t: torch.Tensor) -> torch.Tensor:

@@ -32,12 +32,12 @@ from mathrl.dist.engines import build_engine
 from mathrl.errors import InputError
 from mathrl.models import load_tokenizer, resolve_model_path
 from mathrl.models.value_head import ValueModel
-from mathrl.prm.labels import label_steps
-from mathrl.prm.model import prm_scores, prm_train_step
+from mathrl.prm.labels import label_steps, labelled_record
+from mathrl.prm.model import prm_train_step, records_to_tensors
+from mathrl.train.process import prm_scores
 from mathrl.reward import grade_batch
 from mathrl.rollout import SamplingConfig
 from mathrl.rollout.factory import make_engine
-from mathrl.train.rows import ForwardBatch
 
 __all__ = ["main", "read_records"]
 
@@ -112,37 +112,13 @@ def cmd_label(args) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", encoding="utf-8") as fh:
         for i, lab in zip(keep, labels):
-            fh.write(json.dumps({"problem_id": problems[i // r.n].id, "gold": golds[i], "model": str(path),
-                                 "prompt_ids": prompt_ids[i], "response_ids": response_ids[i],
-                                 "response": batch.response_text[i], "answer": grades[i].extracted,
-                                 "correct": bool(grades[i].correct), "ends": lab.ends, "hard": lab.hard,
-                                 "soft": lab.soft}) + "\n")
+            fh.write(json.dumps(labelled_record(problems[i // r.n].id, golds[i], prompt_ids[i], response_ids[i],
+                                                batch.response_text[i], grades[i].extracted, grades[i].correct, lab,
+                                                model=str(path))) + "\n")
     steps = sum(len(lab.ends) for lab in labels)
     print(f"mathrl prm label: {len(keep)} responses of {len(problems)} problems, {steps} steps, "
           f"{sum(map(sum, (lab.hard for lab in labels))):.0f} labelled correct (hard) -> {out}")
     return 0
-
-
-def _tensors(records: list[dict], pad: int, target: str):
-    """ForwardBatch (left-padded prompts, right-padded responses) and [N, S] ends, labels, step mask."""
-
-    n = len(records)
-    P = max(len(r["prompt_ids"]) for r in records)
-    T = max(len(r["response_ids"]) for r in records)
-    S = max(len(r["ends"]) for r in records)
-    pids = torch.full((n, P), pad, dtype=torch.long)
-    pmask = torch.zeros(n, P, dtype=torch.long)
-    rids = torch.full((n, T), pad, dtype=torch.long)
-    rmask = torch.zeros(n, T, dtype=torch.bool)
-    ends = torch.zeros(n, S, dtype=torch.long)
-    labels = torch.zeros(n, S)
-    smask = torch.zeros(n, S, dtype=torch.bool)
-    for i, r in enumerate(records):
-        p, q, k = len(r["prompt_ids"]), len(r["response_ids"]), len(r["ends"])
-        pids[i, P - p:], pmask[i, P - p:] = torch.tensor(r["prompt_ids"]), 1
-        rids[i, :q], rmask[i, :q] = torch.tensor(r["response_ids"]), True
-        ends[i, :k], labels[i, :k], smask[i, :k] = torch.tensor(r["ends"]), torch.tensor(r[target]), True
-    return ForwardBatch(pids, pmask, rids, rmask), ends, labels, smask
 
 
 def cmd_train(args) -> int:
@@ -162,7 +138,7 @@ def cmd_train(args) -> int:
         losses = []
         for b in range(0, len(order), args.batch):
             batch = [records[i] for i in order[b:b + args.batch]]
-            st = prm_train_step(engine, *_tensors(batch, tok.pad_token_id, args.target),
+            st = prm_train_step(engine, *records_to_tensors(batch, tok.pad_token_id, args.target),
                                 token_budget=args.token_budget, device="cpu", world_size=dist.world_size)
             losses.append(float(st["prm/loss"]))
         print(f"mathrl prm train: epoch {epoch + 1}/{args.epochs}: loss {sum(losses) / len(losses):.4f}", flush=True)
@@ -207,7 +183,7 @@ def cmd_eval(args) -> int:
     prm = ValueModel.from_pretrained(args.prm)
 
     tok = load_tokenizer(args.prm)
-    tokens, ends, _, smask = _tensors(records, tok.pad_token_id, "hard")
+    tokens, ends, _, smask = records_to_tensors(records, tok.pad_token_id, "hard")
     p = prm_scores(prm, tokens, ends, smask, token_budget=args.token_budget, device="cpu")
     probs = [p[i, : len(r["ends"])].tolist() for i, r in enumerate(records)]
     result = evaluate(records, probs)

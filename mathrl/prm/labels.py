@@ -15,10 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from mathrl.algo.process import segment_steps, step_end_tokens, step_labels
+from mathrl.algo.process import step_labels
 from mathrl.rollout import SamplingConfig
+from mathrl.train.process import response_steps
 
-__all__ = ["StepLabels", "decoded_prefix_lengths", "response_steps", "label_steps"]
+__all__ = ["StepLabels", "label_steps", "labelled_record"]
 
 
 @dataclass
@@ -30,18 +31,6 @@ class StepLabels:
     hard: list[float]
     soft: list[float]
     texts: list[str]
-
-
-def decoded_prefix_lengths(tokenizer, ids: Sequence[int]) -> list[int]:
-    """``[len(decode(ids[:t + 1])) for t]``: where each token's text ends in the decoded response."""
-    return [len(tokenizer.decode(list(ids[: t + 1]), skip_special_tokens=True)) for t in range(len(ids))]
-
-
-def response_steps(tokenizer, ids: Sequence[int]) -> tuple[str, list[tuple[int, int]], list[int]]:
-    """The decoded text of a response, its step spans and the token at which each step ends."""
-    text = tokenizer.decode(list(ids), skip_special_tokens=True)
-    spans = segment_steps(text)
-    return text, spans, step_end_tokens(decoded_prefix_lengths(tokenizer, ids), spans)
 
 
 def label_steps(engine, tokenizer, prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[int]],
@@ -79,3 +68,12 @@ def label_steps(engine, tokenizer, prompt_ids: Sequence[Sequence[int]], response
         hard, soft = step_labels(per_step) if per_step else ([], [])
         out.append(StepLabels(ends=list(ends), hard=hard, soft=soft, texts=[text[a:b] for a, b in spans]))
     return out
+
+
+def labelled_record(problem_id: str, gold: str, prompt_ids: Sequence[int], response_ids: Sequence[int], response: str,
+                    answer: str | None, correct: bool, labels: StepLabels, *, model: str, **extra) -> dict:
+    """One labelled response as a line of ``mathrl prm label``'s file (what ``mathrl prm train`` reads); ``extra``
+    keys are kept (the iterative round's step)."""
+    return {"problem_id": problem_id, "gold": gold, "model": model, "prompt_ids": list(prompt_ids),
+            "response_ids": list(response_ids), "response": response, "answer": answer, "correct": bool(correct),
+            "ends": labels.ends, "hard": labels.hard, "soft": labels.soft, **extra}

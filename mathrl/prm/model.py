@@ -2,7 +2,8 @@
 the critic's architecture), whose logit at the last token of a step scores that step; trained with
 :func:`mathrl.algo.process.prm_loss` against the automatic labels of :mod:`mathrl.prm.labels`.
 
-The score of step j is read at the position of its last token, ``P + end_j`` in the ``[prompt | response]``
+The score of step j is read (:func:`mathrl.train.process.step_logits`, :func:`~mathrl.train.process.prm_scores`,
+shared with the RL step that uses the PRM) at the position of its last token, ``P + end_j`` in the ``[prompt | response]``
 row: the state that has read the whole step (the critic reads the state *before* each token instead). Training
 runs on the trainer's DeepSpeed engine and micro-batch loop (:func:`mathrl.train.update.accumulate_and_step`),
 so a PRM trains under ZeRO 1/2/3 and any world size like the policy.
@@ -14,41 +15,13 @@ import torch
 from torch import Tensor
 
 from mathrl.algo.process import prm_loss
-from mathrl.dist.collectives import global_sum
-from mathrl.train.forward import MicroBatch
+from mathrl.dist.collectives import sum_over_ranks
 from mathrl.train.layouts import Padded
+from mathrl.train.process import step_logits
 from mathrl.train.rows import ForwardBatch
-from mathrl.train.update import MicroLoss, accumulate_and_step
+from mathrl.train.update import MicroLoss, accumulate_and_step, step_grad_norm
 
-__all__ = ["step_logits", "prm_scores", "prm_train_step"]
-
-
-def step_logits(prm, mb: MicroBatch, ends: Tensor) -> Tensor:
-    """``[n, S]``: the PRM's logit at the last token of each step of ``mb``'s rows (``ends``: ``[n, S]`` token
-    indices into the responses; padding steps may hold any index within the response, their logits are
-    ignored by the caller)."""
-    v = prm(mb.input_ids, mb.attention_mask, mb.position_ids)  # [n, P + T], one per position
-    idx = (mb.P + ends.clamp(0, max(mb.T - 1, 0))).to(v.device)
-    return v.gather(1, idx)
-
-
-@torch.no_grad()
-def prm_scores(prm, tokens: ForwardBatch, ends: Tensor, step_mask: Tensor, *, token_budget: int, device) -> Tensor:
-    """``[N, S]`` probabilities that each step leads to a correct answer (sigmoid of :func:`step_logits`), 0 at
-    padding steps; in eval mode, micro-batched like the trainer's forwards."""
-    layout = Padded()
-    module = getattr(prm, "module", prm)
-    was = module.training
-    module.eval()
-    out = torch.zeros(step_mask.shape, dtype=torch.float32)
-    try:
-        for rows in layout.plan(tokens, token_budget):
-            mb = layout.micro_batch(tokens, rows, device)
-            z = step_logits(prm, mb, ends[rows])
-            out[rows] = torch.sigmoid(z.float()).cpu()
-    finally:
-        module.train(was)
-    return torch.where(step_mask.bool(), out, torch.zeros_like(out))
+__all__ = ["filler_record", "prm_train_step", "records_to_tensors"]
 
 
 def prm_train_step(engine, tokens: ForwardBatch, ends: Tensor, labels: Tensor, step_mask: Tensor, *,
@@ -57,7 +30,7 @@ def prm_train_step(engine, tokens: ForwardBatch, ends: Tensor, labels: Tensor, s
     the loss normalised by the step count of all ranks. Metrics: ``prm/loss``, ``prm/accuracy``, ``prm/steps``,
     ``prm/grad_norm``, ``stepped``, ``bad_step`` (NaN/inf skips the step)."""
     layout = Padded()
-    n_steps = float(global_sum(torch.tensor([float(step_mask.sum())], dtype=torch.float64))[0])
+    n_steps = sum_over_ranks([float(step_mask.sum())])[0]
     if n_steps == 0:
         return {"prm/loss": float("nan"), "prm/steps": 0.0, "stepped": 0.0, "bad_step": 0.0}
     plan = layout.plan(tokens, token_budget)
@@ -74,12 +47,41 @@ def prm_train_step(engine, tokens: ForwardBatch, ends: Tensor, labels: Tensor, s
         return MicroLoss(loss, {"PRM loss": loss}, loss_key="PRM loss")
 
     problem = accumulate_and_step(engine, layout.agreed(plan), micro_loss, world_size=world_size, what="PRM")
-    total = global_sum(torch.tensor(sums, dtype=torch.float64)).tolist()
-    gn = engine.get_global_grad_norm() if problem is None else None
+    total = sum_over_ranks(sums)
     out: dict[str, float | str] = {"prm/loss": total[0], "prm/accuracy": total[1] / n_steps, "prm/steps": n_steps,
-                                   "prm/grad_norm": float(gn) if gn is not None else float("nan"),
+                                   "prm/grad_norm": step_grad_norm(engine, problem),
                                    "stepped": 1.0 if problem is None else 0.0,
                                    "bad_step": 0.0 if problem is None else 1.0}
     if problem is not None:
         out["bad_reason"] = problem
     return out
+
+
+def records_to_tensors(records: list[dict], pad: int, target: str, *, masked: bool = False
+                       ) -> tuple[ForwardBatch, Tensor, Tensor, Tensor]:
+    """Labelled responses (``mathrl prm label`` records) as a :class:`ForwardBatch` (left-padded prompts,
+    right-padded responses) and ``[N, S]`` step ends, ``target`` labels (``soft`` or ``hard``) and step mask;
+    ``masked``: every step masked out (a filler that adds no loss and no step to the count)."""
+    n = len(records)
+    P = max(len(r["prompt_ids"]) for r in records)
+    T = max(len(r["response_ids"]) for r in records)
+    S = max(len(r["ends"]) for r in records)
+    pids = torch.full((n, P), pad, dtype=torch.long)
+    pmask = torch.zeros(n, P, dtype=torch.long)
+    rids = torch.full((n, T), pad, dtype=torch.long)
+    rmask = torch.zeros(n, T, dtype=torch.bool)
+    ends = torch.zeros(n, S, dtype=torch.long)
+    labels = torch.zeros(n, S)
+    smask = torch.zeros(n, S, dtype=torch.bool)
+    for i, r in enumerate(records):
+        p, q, k = len(r["prompt_ids"]), len(r["response_ids"]), len(r["ends"])
+        pids[i, P - p:], pmask[i, P - p:] = torch.tensor(r["prompt_ids"]), 1
+        rids[i, :q], rmask[i, :q] = torch.tensor(r["response_ids"]), True
+        ends[i, :k], labels[i, :k], smask[i, :k] = torch.tensor(r["ends"]), torch.tensor(r[target]), not masked
+    return ForwardBatch(pids, pmask, rids, rmask), ends, labels, smask
+
+
+def filler_record(tokenizer) -> dict:
+    """A one-token record (EOS as prompt and response, one step) for a rank with no records of its own."""
+    eos = tokenizer.eos_token_id
+    return {"prompt_ids": [eos], "response_ids": [eos], "ends": [0], "hard": [0.0], "soft": [0.0]}

@@ -18,10 +18,10 @@ import torch
 from torch import Tensor
 
 from mathrl.algo.preference import dpo_loss, dpo_pairs, sequence_logprobs
-from mathrl.dist.collectives import global_sum
+from mathrl.dist.collectives import sum_over_ranks
 from mathrl.train.layouts import Layout, Padded
 from mathrl.train.rows import ForwardBatch
-from mathrl.train.update import MicroLoss, accumulate_and_step
+from mathrl.train.update import MicroLoss, accumulate_and_step, step_grad_norm
 
 __all__ = ["pair_rows", "pair_tokens", "reference_logprobs", "dpo_train_step"]
 
@@ -63,10 +63,6 @@ def reference_logprobs(model, tokens: ForwardBatch, *, token_budget: int, device
     return sequence_logprobs(logp.float(), tokens.response_mask).cpu()
 
 
-def _sum_over_ranks(values: Sequence[float]) -> list[float]:
-    return global_sum(torch.tensor([float(v) for v in values], dtype=torch.float64)).tolist()
-
-
 def dpo_train_step(engine, tokens: ForwardBatch, ref_logps: Tensor, *, beta: float, label_smoothing: float = 0.0,
                    token_budget: int, device: torch.device | str = "cpu", world_size: int = 1,
                    layout: Layout | None = None, filler: ForwardBatch | None = None) -> dict[str, float | str]:
@@ -84,7 +80,7 @@ def dpo_train_step(engine, tokens: ForwardBatch, ref_logps: Tensor, *, beta: flo
         raise ValueError(f"dpo_train_step: {n} rows and reference logprobs of shape {tuple(ref_logps.shape)}: "
                          "expected pairs (chosen, rejected) and one reference logprob per row")
     pairs = n // 2
-    (global_pairs,) = _sum_over_ranks([pairs])
+    (global_pairs,) = sum_over_ranks([pairs])
     if global_pairs == 0:
         return {"dpo/loss": float("nan"), "dpo/pairs": 0.0, "stepped": 0.0, "bad_step": 0.0}
     coef = torch.zeros(max(n, 1), dtype=torch.float64)
@@ -117,11 +113,8 @@ def dpo_train_step(engine, tokens: ForwardBatch, ref_logps: Tensor, *, beta: flo
         return MicroLoss(surrogate, {"DPO loss": surrogate}, loss_key="DPO loss")
 
     problem = accumulate_and_step(engine, layout.agreed(plan), micro_loss, world_size=world_size, what="DPO")
-    grad_norm = float("nan")
-    if problem is None:
-        gn = engine.get_global_grad_norm()
-        grad_norm = float(gn) if gn is not None else grad_norm
-    total = _sum_over_ranks(sums)
+    grad_norm = step_grad_norm(engine, problem)
+    total = sum_over_ranks(sums)
     out: dict[str, float | str] = {
         "dpo/loss": total[0] / global_pairs, "dpo/margin": total[1] / global_pairs,
         "dpo/accuracy": total[2] / global_pairs, "dpo/reward_chosen": total[3] / global_pairs,

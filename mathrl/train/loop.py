@@ -14,7 +14,8 @@ or nowhere), and whether a critic exists. Per step:
    and the pass-rate prompt filter);
 4. no-grad forwards: reference logprobs (KL on), old logprobs (only when they
    differ from the current ones: several epochs or several mini-batches, or KL
-   in the reward), critic values (GAE);
+   in the reward), critic values (GAE), the process reward model's step scores
+   (GRPO+PS, :mod:`mathrl.train.process`);
 5. advantages from the estimator registry (:mod:`mathrl.algo.advantages`);
 6. for each PPO epoch and mini-batch: token-budgeted micro-batches, loss with the
    *global* normalisers of the mini-batch (``algo.policy_loss``: PPO, GSPO or CISPO;
@@ -53,10 +54,12 @@ import torch
 from mathrl.algo import advantages as adv_mod
 from mathrl.algo import kl as kl_mod
 from mathrl.algo.losses import global_normalizers
+from mathrl.algo.process import StepRewards
 from mathrl.config import Config, rules
 from mathrl.train.checkpoint import State
 from mathrl.dist.collectives import DistInfo, device, global_sum
 from mathrl.train.offpolicy import OffPolicySampler
+from mathrl.train.process import process_metrics, process_rewards
 from mathrl.train.models import (Models, generation_weights, iterative_reference, optimizer_steps_per_rl_step,
                                  reset_reference, sync_weights)
 from mathrl.train.sampling import sample_records, sample_step, sampling_seed
@@ -68,20 +71,21 @@ from mathrl.rollout import colocate
 
 
 def compute_advantages(cfg: Config, scores: torch.Tensor, group_index: torch.Tensor, mask: torch.Tensor,
-                       kl_tokens: torch.Tensor | None, values: torch.Tensor | None
-                       ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                       kl_tokens: torch.Tensor | None, values: torch.Tensor | None,
+                       steps: StepRewards | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Token-level advantages [N, T] (and returns for GAE) for the configured estimator.
 
     ``kl_tokens`` (the per-token KL of the sampled responses, given when ``kl_in = reward``) enters
     the reward: per token for the token-level estimators (PPO-style, :func:`token_level_rewards`),
     summed into each response's score before the group baseline for the group estimators (RLOO-style,
     :func:`sequence_kl_scores`). Whitening (GAE, REINFORCE++) uses the statistics of the global batch
-    (all ranks)."""
+    (all ranks). ``steps``: the PRM's step rewards, for a step-level estimator (grpo_ps)."""
     name = cfg.advantage
     kl_coef = cfg.algo.kl_coef if cfg.kl_in == "reward" else 0.0
     return adv_mod.estimate_advantages(name, scores, group_index, mask,
                                        params=adv_mod.estimator_params(name, cfg.algo),
-                                       kl_tokens=kl_tokens, kl_coef=kl_coef, values=values, reduce=global_sum)
+                                       kl_tokens=kl_tokens, kl_coef=kl_coef, values=values, reduce=global_sum,
+                                       steps=steps)
 
 
 def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, state: State,
@@ -133,14 +137,19 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
     t0 = time.perf_counter()
     values = layouts["critic"].values(models.critic.module, tokens, **fwd) if models.critic is not None else None
     times["values_forward"] = time.perf_counter() - t0
+    steps = None
+    if models.prm is not None:  # GRPO+PS: the process reward model scores each step of every response
+        t0 = time.perf_counter()
+        steps = process_rewards(models.prm, models.tokenizer, tokens, **fwd)
+        times["prm_forward"] = time.perf_counter() - t0
 
     # 5. advantages (the KL goes into the reward here when kl_in = reward)
     kl_reward = None
     if ref_logp is not None and cfg.kl_in == "reward":  # the sampling policy's KL (staleness: the engine's logprobs)
         kl_reward = kl_mod.estimate(behaviour_logprobs(cfg, batch, old_logp), ref_logp, cfg.kl_estimator)
-    advantages, returns = compute_advantages(cfg, s.scores, batch.group_index, mask, kl_reward, values)
+    advantages, returns = compute_advantages(cfg, s.scores, batch.group_index, mask, kl_reward, values, steps)
     if sample_log is not None and cfg.logging.log_samples:
-        sample_log(state.step + 1, sample_records(s, advantages, mask, cfg.logging.log_samples))
+        sample_log(state.step + 1, sample_records(s, advantages, mask, cfg.logging.log_samples, steps))
     # responses cut at max_tokens keep their place in the group baseline above; with algo.mask_truncated
     # they leave the policy loss and its token/sequence normalisers
     loss_mask = mask & ~torch.tensor(s.truncated, dtype=torch.bool)[:, None] if a.mask_truncated else None
@@ -190,6 +199,8 @@ def train_step(cfg: Config, dist: DistInfo, models: Models, rollout, problems, s
 
     metrics = step_metrics(cfg, s, tb, stats_acc)
     metrics.update(s.stats)
+    if steps is not None:
+        metrics.update(process_metrics(steps))
     metrics["lr"] = models.policy.get_lr()[0]
     metrics["bad_step"] = 1.0 if bad else 0.0
     if bad:

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from mathrl.algo import advantages as adv_mod
-from mathrl.config import Config
+from mathrl.config import Config, ConfigError
 from mathrl.models.precision import enable_autocast
 from mathrl.dist.collectives import DistInfo, device
 from mathrl.dist.engines import build_engine, build_inference_engine, copy_weights, resolve_dtype, zero3_init
@@ -73,6 +73,7 @@ class Models:
     policy: Any                 # DeepSpeed engine
     ref: Any | None = None      # frozen module / ZeRO-3 engine
     critic: Any | None = None   # DeepSpeed engine
+    prm: Any | None = None      # frozen process reward model (algo.advantage=grpo_ps): module / ZeRO-3 engine
     tokenizer: Any = None
     model_path: str = ""
     policy_guard: GradGuard | None = None
@@ -150,12 +151,34 @@ def build_models(cfg: Config, dist: DistInfo, total_steps: int, *, reference: bo
         # the packed and shared-prompt paths call the backbone and the head directly
         enable_autocast(critic_module, amp, critic_module.backbone, critic_module.value_head)
         critic = build_engine(critic_module, lr=t.critic_lr, weight_decay=t.weight_decay, **common)
+    prm = None
+    if adv_mod.get_estimator_spec(cfg.advantage).level == "step":
+        prm = load_prm(cfg, tokenizer, dtype, amp, dist)
     built = {"policy": engine, "ref": ref, "critic": critic}
     layouts = {role: choose_layout(m, layout_request(cfg), group_share(cfg))
                for role, m in built.items() if m is not None}
-    return Models(policy=engine, ref=ref, critic=critic, tokenizer=tokenizer, model_path=path,
+    return Models(policy=engine, ref=ref, critic=critic, prm=prm, tokenizer=tokenizer, model_path=path,
                   policy_guard=GradGuard(engine.module),
                   critic_guard=GradGuard(critic.module) if critic is not None else None, layouts=layouts)
+
+
+def load_prm(cfg: Config, tokenizer, dtype: torch.dtype, amp: torch.dtype | None, dist: DistInfo):
+    """The frozen process reward model of ``model.prm`` (a ``mathrl prm train`` folder), sharded under ZeRO-3 like
+    the reference. It reads the policy's token ids, so its tokenizer must be the policy's: a different vocabulary
+    raises a :class:`~mathrl.config.ConfigError` naming the first token that differs."""
+    prm_tok = load_tokenizer(cfg.model.prm)
+    mine, theirs = tokenizer.get_vocab(), prm_tok.get_vocab()
+    if mine != theirs:
+        diff = sorted(set(mine.items()) ^ set(theirs.items()), key=lambda kv: kv[1])[:1]
+        raise ConfigError(f"model.prm = {cfg.model.prm!r}: its tokenizer differs from the policy's ({len(theirs)} vs "
+                          f"{len(mine)} tokens; first difference {diff}); the PRM reads the policy's token ids, so "
+                          "train it (mathrl prm train --model) from a model with the policy's tokenizer")
+    with zero3_init(inference_ds_config(dtype, dist.world_size) if cfg.deepspeed.zero_stage == 3 else None):
+        module = ValueModel.from_pretrained(cfg.model.prm, dtype=dtype)
+    set_attention(module.backbone, cfg.model.attn_implementation)
+    disable_dropout(module)
+    enable_autocast(module, amp, module.backbone, module.value_head)
+    return build_inference_engine(module, stage=cfg.deepspeed.zero_stage, dtype=dtype, world_size=dist.world_size)
 
 
 def compute_dtype(cfg: Config, dtype: torch.dtype, dist: DistInfo) -> torch.dtype | None:

@@ -14,6 +14,7 @@ from mathrl.config import Config
 from mathrl.rollout import RolloutBatch, SamplingConfig
 from mathrl.dist.collectives import DistInfo
 from mathrl.algo.filtering import Selection, draw_prompts, group_pass_rates, informative_groups, select_pooled
+from mathrl.algo.process import StepRewards
 from mathrl.data import get_template, render_prompt
 from mathrl.data.splits import step_indices, stream_index
 from mathrl.dist.collectives import all_gather_objects, global_sum
@@ -276,10 +277,12 @@ def sample_and_grade(cfg: Config, dist: DistInfo, tokenizer, rollout, problems: 
     return grade_and_score(cfg, req, batch, times, stream=stream)
 
 
-def sample_records(s: Sampled, advantages: torch.Tensor, mask: torch.Tensor, k: int) -> list[dict[str, Any]]:
+def sample_records(s: Sampled, advantages: torch.Tensor, mask: torch.Tensor, k: int,
+                   steps: StepRewards | None = None) -> list[dict[str, Any]]:
     """``k`` of the step's completions for ``rollouts.jsonl``, spread evenly over the rows (so over the
     groups): prompt, response, extracted answer, gold, reward, the response's mean advantage, finish
-    reason and length."""
+    reason and length; with process rewards (``steps``) also each step's reward and the token through which it
+    is credited (``step_rewards``, ``step_ends``)."""
     n = len(s.batch.response_text)
     if k <= 0 or n == 0:
         return []
@@ -294,4 +297,7 @@ def sample_records(s: Sampled, advantages: torch.Tensor, mask: torch.Tensor, k: 
                     "extracted": g.extracted if g is not None else None, "gold": s.golds[i],
                     "reward": float(s.scores[i]), "advantage": float(adv[i]), "correct": bool(s.correct[i]),
                     "finish_reason": s.batch.finish_reason[i], "tokens": int(mask[i].sum())})
+        if steps is not None:
+            real = steps.mask[i].bool()
+            out[-1].update(step_rewards=steps.rewards[i][real].tolist(), step_ends=steps.ends[i][real].tolist())
     return out

@@ -32,10 +32,10 @@ from torch import Tensor
 
 from mathrl.algo.losses import global_normalizers
 from mathrl.algo.objectives import sft_loss
-from mathrl.dist.collectives import global_sum
+from mathrl.dist.collectives import global_sum, sum_over_ranks
 from mathrl.train.rows import ForwardBatch
 from mathrl.train.layouts import Layout, Padded
-from mathrl.train.update import MicroLoss, accumulate_and_step
+from mathrl.train.update import MicroLoss, accumulate_and_step, step_grad_norm
 
 __all__ = ["sft_loss", "rft_filter", "sft_train_step"]
 
@@ -79,10 +79,6 @@ def rft_filter(group_index: Sequence[int], responses: Sequence[str], correct: Se
     return kept
 
 
-def _sum_over_ranks(x: float) -> float:
-    return float(global_sum(torch.tensor([float(x)], dtype=torch.float64))[0])
-
-
 def sft_train_step(engine, tokens: ForwardBatch, rows: Sequence[int] | Tensor, *, token_budget: int,
                    device: torch.device | str = "cpu", world_size: int = 1, agg: str = "token-mean",
                    layout: Layout | None = None) -> dict[str, float | str]:
@@ -102,7 +98,7 @@ def sft_train_step(engine, tokens: ForwardBatch, rows: Sequence[int] | Tensor, *
     layout = layout or Padded()
     rows_t = torch.as_tensor(list(rows) if not isinstance(rows, Tensor) else rows, dtype=torch.long)
     mask = tokens.response_mask
-    global_rows = _sum_over_ranks(rows_t.numel())
+    global_rows = sum_over_ranks([rows_t.numel()])[0]
     if global_rows == 0:
         return {"sft/loss": float("nan"), "sft/tokens": 0.0, "sft/rows": 0.0, "sft/micro_batches": 0.0,
                 "stepped": 0.0, "bad_step": 0.0}
@@ -124,12 +120,9 @@ def sft_train_step(engine, tokens: ForwardBatch, rows: Sequence[int] | Tensor, *
         return MicroLoss(loss, {"SFT loss": loss}, loss_key="SFT loss")
 
     problem = accumulate_and_step(engine, layout.agreed(plan), micro_loss, world_size=world_size, what="SFT")
-    grad_norm = float("nan")
-    if problem is None:
-        gn = engine.get_global_grad_norm()
-        grad_norm = float(gn) if gn is not None else grad_norm
+    grad_norm = step_grad_norm(engine, problem)
     # the micro losses of all ranks sum to the step's mean NLL
-    loss_global = _sum_over_ranks(float(torch.stack(losses).sum()) if losses else 0.0)
+    loss_global = sum_over_ranks([float(torch.stack(losses).sum()) if losses else 0.0])[0]
     out = {"sft/loss": loss_global, "sft/tokens": float(norms.tokens), "sft/rows": global_rows,
            "sft/micro_batches": float(len(plan)), "sft/grad_norm": grad_norm,
            "stepped": 1.0 if problem is None else 0.0, "bad_step": 0.0 if problem is None else 1.0}

@@ -203,10 +203,17 @@ def update_policy(cfg: Config, dist, models, tb: TrainBatch, plan, norms, stats_
 
     problem = accumulate_and_step(engine, plan, micro_loss, world_size=dist.world_size, what="policy", step=step,
                                   guard=models.policy_guard)
-    gn = engine.get_global_grad_norm() if problem is None else None
-    if gn is not None:
-        _acc(stats_acc, "policy/grad_norm", float(gn))
+    gn = step_grad_norm(engine, problem)
+    if math.isfinite(gn):
+        _acc(stats_acc, "policy/grad_norm", gn)
     return problem
+
+
+def step_grad_norm(engine, problem: str | None) -> float:
+    """The gradient norm of the optimizer step :func:`accumulate_and_step` just took (NaN when it reported a
+    ``problem`` and skipped the step, or the engine keeps no norm)."""
+    gn = engine.get_global_grad_norm() if problem is None else None
+    return float(gn) if gn is not None else float("nan")
 
 
 def update_critic(cfg: Config, dist, models, tb: TrainBatch, plan, norms, stats_acc: dict[str, list[float]],

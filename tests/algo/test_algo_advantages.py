@@ -297,10 +297,11 @@ def test_reinforce_pp_with_outcome_reward():
 
 
 def test_registry():
-    assert set(ESTIMATORS) == {"grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gae"}
-    assert {n for n, s in ESTIMATORS.items() if s.level in ("sequence", "token")} == set(ESTIMATORS)
+    assert set(ESTIMATORS) == {"grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gae", "grpo_ps"}
+    assert {n for n, s in ESTIMATORS.items() if s.level in ("sequence", "token")} == set(ESTIMATORS) - {"grpo_ps"}
+    assert ESTIMATORS["grpo_ps"].level == "step"
     assert get_advantage_estimator("rloo") is rloo
-    with pytest.raises(ValueError, match="allowed: dr_grpo, gae, grpo, reinforce_pp, reinforce_pp_baseline, rloo"):
+    with pytest.raises(ValueError, match="allowed: dr_grpo, gae, grpo, grpo_ps, reinforce_pp, reinforce_pp_baseline, rloo"):
         get_advantage_estimator("ppo")
 
 

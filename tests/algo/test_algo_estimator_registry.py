@@ -15,6 +15,7 @@ from mathrl.algo.advantages import (
     get_estimator_spec,
     register_estimator,
 )
+from mathrl.algo.process import StepRewards
 from mathrl.config import ConfigError, help_text, load_config
 
 N, T = 8, 6
@@ -87,15 +88,19 @@ def test_estimate_advantages_is_bitwise_the_direct_call(name, extra, reduce):
 def test_every_registered_estimator_runs_through_the_entry_point():
     scores, group, mask, kl, values = _batch(1)
     cfg = load_config(None, ["rollout.n=4"])
+    last = mask.long().cumsum(1).argmax(1)  # one step per response, its reward the score
+    steps = StepRewards(rewards=scores[:, None], ends=last[:, None], mask=torch.ones(N, 1, dtype=torch.bool))
     for name, spec in ESTIMATORS.items():
+        step = spec.level == "step"  # the process estimator takes the KL in the loss
         adv, ret = estimate_advantages(name, scores, group, mask, params=estimator_params(name, cfg.algo),
-                                       kl_tokens=kl, kl_coef=0.1, values=values)
+                                       kl_tokens=None if step else kl, kl_coef=0.1, values=values,
+                                       steps=steps if step else None)
         assert adv.shape == (N, T) and torch.isfinite(adv).all(), name
         assert (adv[~mask] == 0).all(), name
         assert (ret is not None) == spec.needs_critic, name
         assert set(estimator_params(name, cfg.algo)) == set(spec.params)
         assert spec.doc and spec.min_group >= 1
-        assert spec.level in ("sequence", "token")
+        assert spec.level in ("sequence", "token", "step")
         assert A.get_advantage_estimator(name) is spec.fn
 
 

@@ -75,7 +75,7 @@ def test_label_train_eval_on_the_real_model(tmp_path, embedded_model_path):
 
 
 def test_label_records_become_padded_tensors_by_hand():
-    from mathrl.prm.cli import _tensors
+    from mathrl.prm.model import records_to_tensors as _tensors
 
     recs = [{"prompt_ids": [5, 6], "response_ids": [7, 8, 9], "ends": [0, 2], "hard": [1.0, 0.0], "soft": [0.5, 0.0]},
             {"prompt_ids": [4], "response_ids": [3], "ends": [0], "hard": [1.0], "soft": [1.0]}]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mathrl.prm.labels import decoded_prefix_lengths, label_steps, response_steps
+from mathrl.prm.labels import label_steps
+from mathrl.train.process import decoded_prefix_lengths, response_steps
 from mathrl.rollout import SamplingConfig
 
 

@@ -35,7 +35,8 @@ def test_prm_learns_to_score_the_state_at_each_steps_end(tiny_model):
     from mathrl.dist.collectives import init_distributed
     from mathrl.dist.engines import build_engine
     from mathrl.models.value_head import ValueModel
-    from mathrl.prm.model import prm_scores, prm_train_step
+    from mathrl.prm.model import prm_train_step
+    from mathrl.train.process import prm_scores
 
     dist = init_distributed()
     torch.manual_seed(0)

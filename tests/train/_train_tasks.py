@@ -97,3 +97,25 @@ def descendants(pid: int) -> list[int]:
         out += kids
         todo += kids
     return out
+
+
+def save_prm(model_dir, out, head_std: float):
+    """A PRM folder as `mathrl prm train` writes it, from the digit model, with a head of the given spread (0: every
+    step scores sigmoid(0) = 0.5)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from mathrl.models.value_head import ValueModel
+
+    torch.manual_seed(1)
+    prm = ValueModel.from_causal_lm(AutoModelForCausalLM.from_pretrained(str(model_dir)))
+    with torch.no_grad():
+        if head_std:
+            prm.value_head.weight.normal_(std=head_std)
+        else:
+            prm.value_head.weight.zero_()
+        if getattr(prm.value_head, "bias", None) is not None:
+            prm.value_head.bias.zero_()
+    prm.save_pretrained(out)
+    AutoTokenizer.from_pretrained(str(model_dir)).save_pretrained(str(out))
+    return out

@@ -1,0 +1,169 @@
+"""Iterative RL with a process reward model, DeepSeekMath's Algorithm 1 (sec. 4.2) on GRPO+PS: every
+``algo.prm_update_every`` steps, the current policy samples the problems of the step just trained, their steps
+are labelled automatically (:func:`mathrl.prm.labels.label_steps`, ``algo.prm_label_k`` completions per step,
+graded by the verifier), and the PRM continues training on them together with a replay of
+``algo.prm_replay`` (10%) as many of the earlier labelled responses; the reference model is reset to the current
+policy by ``algo.ref_update_every`` (the ablation row sets both to N).
+
+The PRM is the run's ``model.prm`` (loaded frozen by the trainer); a round makes it trainable, runs
+``algo.prm_epochs`` passes of :func:`mathrl.prm.model.prm_train_step` (plain data parallel over the ranks, ZeRO
+stage 0: a stage 1/2 optimizer leaves gradient hooks on the parameters that would outlive the round; a fresh
+optimizer each round) and freezes it again. Kept in the run folder for a resume and for the user:
+``prm_pool.rank<R>.jsonl`` (every labelled response of this rank, in ``mathrl prm label``'s format, with the round's
+step) and ``prm/step_<S>/`` (the PRM after the round of step S). A resumed run reloads the pool up to its step and
+the newest PRM of a round at or before it, so it continues exactly as the uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mathrl.dist.collectives import all_ranks_ok, all_reduce, sum_over_ranks
+from mathrl.dist.engines import build_engine, copy_weights
+from mathrl.models.value_head import ValueModel
+from mathrl.prm.labels import label_steps, labelled_record
+from mathrl.prm.model import filler_record, prm_train_step, records_to_tensors
+from mathrl.reward import grade_batch
+from mathrl.rollout import SamplingConfig, colocate
+from mathrl.train.checkpoint import TrainingError
+from mathrl.train.loop import RLMethod
+from mathrl.train.models import generation_weights
+from mathrl.train.sampling import sample_and_grade, sampling_seed
+from mathrl.train.trainer import Trainer
+
+__all__ = ["ProcessRLMethod", "replay_sample", "run"]
+
+PRM_SEED_ROUND = 10_000
+"""The sampling round of a PRM round's samples (:func:`~mathrl.train.sampling.sampling_seed`), so they are not
+the training step's own samples."""
+
+
+def replay_sample(old: list[dict], frac: float, rng: random.Random) -> list[dict]:
+    """``round(frac * len(old))`` of the earlier labelled responses, drawn without replacement."""
+    return rng.sample(old, min(len(old), round(frac * len(old))))
+
+
+class ProcessRLMethod(RLMethod):
+    """GRPO+PS (:class:`~mathrl.train.loop.RLMethod` with ``algo.advantage=grpo_ps``) whose PRM is retrained every
+    ``algo.prm_update_every`` steps on the current policy's labelled samples (see the module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pool: list[dict] = []
+
+    def _pool_file(self, trainer: Trainer) -> Path:
+        return trainer.out / f"prm_pool.rank{trainer.dist.rank}.jsonl"
+
+    def start(self, trainer: Trainer) -> None:
+        super().start(trainer)
+        cfg, step = trainer.cfg, trainer.state.step
+        if not cfg.algo.prm_update_every:
+            return
+        pool_file = self._pool_file(trainer)
+        if pool_file.is_file() and step > 0:
+            recs = [json.loads(line) for line in pool_file.read_text(encoding="utf-8").splitlines() if line.strip()]
+            self.pool = [r for r in recs if r["round_step"] <= step]  # a later round ran after the checkpoint
+        rounds = sorted(int(p.name.split("_")[1]) for p in (trainer.out / "prm").glob("step_*")
+                        if (p / "backbone.safetensors").is_file() and int(p.name.split("_")[1]) <= step)
+        if rounds:
+            saved = ValueModel.from_pretrained(trainer.out / "prm" / f"step_{rounds[-1]:06d}")
+            copy_weights(trainer.models.prm, saved.named_parameters())
+        elif step >= cfg.algo.prm_update_every:
+            raise TrainingError(f"{trainer.out}: resuming at step {step}, after a PRM round, but the retrained PRM "
+                                f"({trainer.out / 'prm'}/step_*) is missing; delete {trainer.out} to redo the run")
+
+    def after_step(self, trainer: Trainer, metrics: dict[str, Any]) -> None:
+        super().after_step(trainer, metrics)
+        n = trainer.cfg.algo.prm_update_every
+        if n and trainer.state.step % n == 0:
+            metrics.update(self.update_prm(trainer))
+
+    def update_prm(self, trainer: Trainer) -> dict[str, float]:
+        """One round: sample, label, train the PRM on the new records and the replay, save it."""
+        cfg, dist, models, step = trainer.cfg, trainer.dist, trainer.models, trainer.state.step
+        a, t0 = cfg.algo, time.perf_counter()
+        tok = models.tokenizer
+        with generation_weights(trainer.rollout, models.policy):
+            s = sample_and_grade(cfg, dist, tok, trainer.rollout, trainer.problems, step - 1,
+                                 seed=sampling_seed(cfg, step, dist.rank, PRM_SEED_ROUND))
+            b = s.batch
+            prompt_ids = [b.prompt_ids[i][b.prompt_mask[i].bool()].tolist() for i in range(len(s.golds))]
+            response_ids = [b.response_ids[i][b.response_mask[i].bool()].tolist() for i in range(len(s.golds))]
+            keep = [i for i, ids in enumerate(response_ids) if ids]
+            colocate.before_generate(trainer.rollout)  # rollout.sleep_between_steps: awake for the completions
+            labels = label_steps(trainer.rollout, tok, [prompt_ids[i] for i in keep], [response_ids[i] for i in keep],
+                                 [s.golds[i] for i in keep], [s.correct[i] for i in keep], k=a.prm_label_k,
+                                 sampling=_sampling(cfg, sampling_seed(cfg, step, dist.rank, PRM_SEED_ROUND + 1)),
+                                 grade=lambda texts, golds: [g.correct for g in grade_batch(
+                                     texts, golds, workers=cfg.reward.workers)])
+            colocate.after_generate(trainer.rollout)
+        G = cfg.rollout.n
+        new = [labelled_record(s.problems[i // G].id, s.golds[i], prompt_ids[i], response_ids[i],
+                               b.response_text[i], s.grades[i].extracted if s.grades is not None else None,
+                               s.correct[i], lab, model=str(cfg.model.prm), round_step=step)
+               for i, lab in zip(keep, labels)]
+        rng = random.Random(sampling_seed(cfg, step, dist.rank, PRM_SEED_ROUND + 2))
+        replay = replay_sample(self.pool, a.prm_replay, rng)
+        stats = self._train(trainer, new + replay, rng)
+        self.pool += new
+        with self._pool_file(trainer).open("w", encoding="utf-8") as fh:  # whole file: a resume may have cut it
+            fh.write("".join(json.dumps(r) + "\n" for r in self.pool))
+        if dist.is_main:
+            folder = trainer.out / "prm" / f"step_{step:06d}"
+            getattr(models.prm, "module", models.prm).save_pretrained(folder)
+            tok.save_pretrained(str(folder))
+        all_ranks_ok(True)  # every rank waits for the saved PRM
+        counts = sum_over_ranks([len(new), len(replay), sum(len(r["ends"]) for r in new)])
+        return {**stats, "prm/records_new": counts[0], "prm/records_replay": counts[1], "prm/steps_labelled": counts[2],
+                "time/prm_update": time.perf_counter() - t0}
+
+    def _train(self, trainer: Trainer, records: list[dict], rng: random.Random) -> dict[str, float]:
+        cfg, dist, models = trainer.cfg, trainer.dist, trainer.models
+        a = cfg.algo
+        module = getattr(models.prm, "module", models.prm)
+        module.requires_grad_(True)
+        module.train()
+        batches = -(-len(records) // a.prm_batch)
+        engine = build_engine(module, lr=a.prm_lr, weight_decay=0.0, schedule="constant", warmup=0,
+                              total_steps=max(1, a.prm_epochs * batches), stage=0,
+                              offload="none", grad_clip=cfg.train.max_grad_norm, dtype=next(module.parameters()).dtype,
+                              world_size=dist.world_size)
+        losses: list[float] = []
+        stepped = 0.0
+        try:
+            for _ in range(a.prm_epochs):
+                order = list(range(len(records)))
+                rng.shuffle(order)
+                # every rank runs the same number of PRM steps: the count of the rank with the most records
+                for j in range(int(all_reduce(torch.tensor([float(batches)]), "max")[0])):
+                    part = [records[i] for i in order[j * a.prm_batch:(j + 1) * a.prm_batch]]
+                    # a rank out of records steps with a filler whose steps are all masked (no loss, no count)
+                    tensors = records_to_tensors(part or [filler_record(models.tokenizer)],
+                                                 models.tokenizer.pad_token_id, "soft", masked=not part)
+                    st = prm_train_step(engine, *tensors, token_budget=cfg.train.micro_batch_tokens,
+                                        device=next(module.parameters()).device, world_size=dist.world_size)
+                    if st["prm/steps"]:
+                        losses.append(float(st["prm/loss"]))
+                        stepped += st["stepped"]
+        finally:
+            module.requires_grad_(False)
+            module.eval()
+            del engine
+        return {"prm/loss": sum(losses) / len(losses) if losses else float("nan"), "prm/optimizer_steps": stepped,
+                "prm/records_trained": sum_over_ranks([len(records)])[0]}
+
+
+def _sampling(cfg, seed: int) -> SamplingConfig:
+    r = cfg.rollout
+    return SamplingConfig(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_tokens=r.max_tokens, seed=seed)
+
+
+def run(cfg, *, problems=None) -> int:
+    """``mathrl train`` with ``algo.prm_update_every > 0``: :class:`ProcessRLMethod` on the trainer."""
+    return Trainer(cfg, ProcessRLMethod(), problems=problems).fit()

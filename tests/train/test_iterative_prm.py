@@ -1,0 +1,91 @@
+"""Iterative RL with the PRM (issue 41, point 3; DeepSeekMath Algorithm 1) through the trainer: every N steps the
+current policy's samples are labelled, the PRM continues training on them with a 10% replay of the earlier ones,
+the reference is reset, and a resumed run continues exactly."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+from _train_tasks import crash_copy, digit_cfg, digit_problems, save_prm, step_rows, without_timing
+from safetensors.torch import load_file
+
+from mathrl.config import ConfigError, load_config, rules
+from mathrl.prm.iterative import replay_sample
+from mathrl.prm.iterative import run as iterative_run
+from mathrl.train import checkpoint as ckpt
+from mathrl.train import run
+
+ITER = ["algo.advantage=grpo_ps", "algo.prm_update_every=1", "algo.ref_update_every=1", "algo.prm_lr=0.05",
+        "algo.prm_batch=8", "algo.prm_label_k=2"]
+
+
+def _cfg(model_dir, out, prm, *extra):
+    return digit_cfg(model_dir, out, "train.steps=3", "rollout.max_tokens=4", "train.save_every=1",
+                     "train.keep_last=5", "logging.log_samples=0", f"model.prm={prm}", *extra)
+
+
+def _weights(folder):
+    return load_file(str(folder))
+
+
+@pytest.mark.slow
+def test_the_prm_is_retrained_every_n_steps_with_replay_and_a_resume_is_exact(digit_model_dir, tmp_path):
+    prm = save_prm(digit_model_dir, tmp_path / "prm0", 1.0)
+    fixed_out, it_out = tmp_path / "fixed", tmp_path / "iter"
+    assert run(_cfg(digit_model_dir, fixed_out, prm, "algo.advantage=grpo_ps"), problems=digit_problems(8)) == 0
+    assert iterative_run(_cfg(digit_model_dir, it_out, prm, *ITER), problems=digit_problems(8)) == 0
+    fixed, it = step_rows(fixed_out), step_rows(it_out)
+    # step 1 runs before any round: the same step as with the fixed PRM; the rounds change the later PRM scores
+    same_keys = [k for k in fixed[0] if not k.startswith(("time/", "throughput/", "sys/", "ref/"))]
+    assert {k: it[0][k] for k in same_keys} == {k: fixed[0][k] for k in same_keys}
+    assert it[1]["ps/step_reward_mean"] != fixed[1]["ps/step_reward_mean"]
+    # each round labels the step's 4 problems x 4 samples and replays 10% of the earlier records
+    assert [r["prm/records_new"] for r in it] == [16.0, 16.0, 16.0]
+    assert [r["prm/records_replay"] for r in it] == [0.0, 2.0, 3.0]  # round(0.1 x 16), round(0.1 x 32)
+    assert [r["prm/records_trained"] for r in it] == [16.0, 18.0, 19.0]
+    assert [r["prm/optimizer_steps"] for r in it] == [2.0, 3.0, 3.0]  # prm_batch 8, one epoch
+    assert all(r["prm/loss"] > 0 for r in it)
+    assert all(r["ref/step"] == r["step"] for r in it)  # the reference follows the policy (ref_update_every=1)
+    pool = [json.loads(line) for line in (it_out / "prm_pool.rank0.jsonl").read_text().splitlines()]
+    assert [p["round_step"] for p in pool] == [1] * 16 + [2] * 16 + [3] * 16
+    # the digit task's responses have no line break: one step, read where its text ends (before any EOS)
+    assert all(len(p["ends"]) == len(p["soft"]) <= 1 and all(0 <= e < len(p["response_ids"]) for e in p["ends"])
+               for p in pool)
+    assert sum(len(p["ends"]) for p in pool) > 40 and {p["soft"][0] for p in pool if p["ends"]} == {0.0, 1.0}
+    heads = [_weights(it_out / "prm" / f"step_{s:06d}" / "value_head.safetensors") for s in (1, 2, 3)]
+    first = _weights(prm / "value_head.safetensors")
+    assert all(not torch.equal(h["weight"], w["weight"]) for h, w in zip(heads, [first] + heads[:2]))
+
+    # a crash after step 2's checkpoint (with step 3's round already on disk) resumes exactly
+    part = tmp_path / "part"
+    crash_copy(it_out, part, keep_step=2)
+    assert iterative_run(_cfg(digit_model_dir, part, prm, *ITER, "train.resume=auto"),
+                         problems=digit_problems(8)) == 0
+    assert without_timing(step_rows(part)) == without_timing(it)
+    full_w = _weights(ckpt.list_checkpoints(it_out)[-1][1] / "policy" / "model.safetensors")
+    part_w = _weights(ckpt.list_checkpoints(part)[-1][1] / "policy" / "model.safetensors")
+    assert all(torch.equal(full_w[k], part_w[k]) for k in full_w)
+    assert torch.equal(_weights(part / "prm" / "step_000003" / "value_head.safetensors")["weight"], heads[2]["weight"])
+
+
+def test_replay_draws_its_share_without_replacement():
+    old = [{"i": i} for i in range(25)]
+    got = replay_sample(old, 0.1, random.Random(0))
+    assert len(got) == 2 and len({g["i"] for g in got}) == 2  # round(2.5) = 2 (banker's rounding)
+    assert replay_sample(old, 0.0, random.Random(0)) == [] and replay_sample([], 0.1, random.Random(0)) == []
+    assert len(replay_sample(old, 1.0, random.Random(0))) == 25
+
+
+def test_prm_rounds_are_refused_where_they_cannot_act(tmp_path):
+    d = tmp_path / "prm"
+    d.mkdir()
+    (d / "backbone.safetensors").write_bytes(b"")
+    with pytest.raises(ConfigError, match="retraining a process reward model only matters"):
+        rules.refuse(load_config(None, ["algo.prm_update_every=2"]))
+    with pytest.raises(ConfigError, match="zero_stage = 3"):
+        rules.refuse(load_config(None, ["algo.prm_update_every=2", "algo.advantage=grpo_ps", f"model.prm={d}",
+                                        "deepspeed.zero_stage=3"]))
+    rules.refuse(load_config(None, ["algo.prm_update_every=2", "algo.advantage=grpo_ps", f"model.prm={d}"]))
