@@ -40,6 +40,7 @@ from mathrl.config import Config, rules
 from mathrl.data.splits import load_training_problems
 from mathrl.dist.collectives import device
 from mathrl import progress
+from mathrl.prm.iterative import ProcessRLMethod
 from mathrl.registry import ABLATION_METHODS
 from mathrl.reward.rewards import check_reward_terms
 from mathrl.train.checkpoint import TrainingError
@@ -346,13 +347,23 @@ def _make_rl(rft_opts: Mapping[str, Any]) -> Method:
 
 ABLATION_METHODS.register("grpo", _make_rl, presets={"algo.name": "grpo"}, sft=False,
                           doc="the RL step with group-relative advantages (algo.name=grpo)")
+
+
+def _make_process_rl(rft_opts: Mapping[str, Any]) -> Method:
+    return ProcessRLMethod()
+
+
+ABLATION_METHODS.register("grpo_ps", _make_process_rl, presets={"algo.name": "grpo", "algo.advantage": "grpo_ps"},
+                          sft=False, doc="GRPO with process supervision: the PRM of model.prm scores every step "
+                          "(a `mathrl prm train` folder); with algo.prm_update_every=N and algo.ref_update_every=N it "
+                          "is iterative RL, the PRM retrained on the policy's new samples with a 10% replay")
 ABLATION_METHODS.register("ppo", _make_rl, presets={"algo.name": "ppo"}, sft=False,
                           doc="the RL step with a critic and GAE (algo.name=ppo)")
 
 
 def run_method(method: str, cfg: Config, *, rft_opts: dict | None = None, task=None) -> int:
     """Train ``cfg`` with ``method`` (a name registered in :data:`~mathrl.registry.ABLATION_METHODS`: rft,
-    online_rft, dpo, online_dpo, grpo, ppo) into ``cfg.train.output_dir``; an unknown name raises
+    online_rft, dpo, online_dpo, grpo, grpo_ps, ppo) into ``cfg.train.output_dir``; an unknown name raises
     :class:`~mathrl.registry.UnknownNameError` (a ``ValueError``) naming the allowed ones.
 
     The training problems are passed to the :class:`~mathrl.train.trainer.Trainer` explicitly, so it

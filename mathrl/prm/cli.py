@@ -17,27 +17,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
 from pathlib import Path
 
-import torch
-
 from mathrl.algo.process import roc_auc
 from mathrl.config import load_config
-from mathrl.data import render_prompt
 from mathrl.data.splits import heldout_problems, load_training_problems
 from mathrl.dist.collectives import init_distributed
-from mathrl.dist.engines import build_engine
 from mathrl.errors import InputError
-from mathrl.models import load_tokenizer, resolve_model_path
+from mathrl.models import load_tokenizer
 from mathrl.models.value_head import ValueModel
-from mathrl.prm.labels import label_steps, labelled_record
-from mathrl.prm.model import prm_train_step, records_to_tensors
+from mathrl.prm.model import records_to_tensors
+from mathrl.prm.pipeline import label_problems, train_prm
 from mathrl.train.process import prm_scores
-from mathrl.reward import grade_batch
-from mathrl.rollout import SamplingConfig
-from mathrl.rollout.factory import make_engine
 
 __all__ = ["main", "read_records"]
 
@@ -77,75 +69,26 @@ def read_records(path: str | Path) -> list[dict]:
     return out
 
 
-def _unpadded(ids: torch.Tensor, mask: torch.Tensor) -> list[int]:
-    return ids[mask.bool()].tolist()
-
-
 def cmd_label(args) -> int:
     cfg = load_config(args.config, args.overrides)
     problems = load_training_problems(cfg) if args.split == "train" else heldout_problems(cfg)[1]
     problems = problems[: args.problems] if args.problems else problems
-    path = resolve_model_path(cfg.model.name, cfg.model.cache_dir)
-    tok = load_tokenizer(path)
-    r = cfg.rollout
-    sampling = SamplingConfig(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_tokens=r.max_tokens,
-                              seed=cfg.train.seed)
-
-    def verdicts(texts, golds):
-        return [g.correct for g in grade_batch(texts, golds, workers=cfg.reward.workers)]
-
-    engine = make_engine(r.backend, path, dtype="float32", seed=cfg.train.seed)
-    try:
-        batch = engine.generate([render_prompt(p, tok, cfg.data.template) for p in problems], r.n, sampling)
-        golds = [p.gold for p in problems for _ in range(r.n)]
-        grades = grade_batch(batch.response_text, golds, workers=cfg.reward.workers)
-        prompt_ids = [_unpadded(batch.prompt_ids[i], batch.prompt_mask[i]) for i in range(len(golds))]
-        response_ids = [_unpadded(batch.response_ids[i], batch.response_mask[i]) for i in range(len(golds))]
-        keep = [i for i, ids in enumerate(response_ids) if ids]
-        labels = label_steps(engine, tok, [prompt_ids[i] for i in keep], [response_ids[i] for i in keep],
-                             [golds[i] for i in keep], [grades[i].correct for i in keep], k=args.k,
-                             sampling=SamplingConfig(**{**sampling.__dict__, "seed": cfg.train.seed + 1}),
-                             grade=verdicts)
-    finally:
-        engine.close()
+    records = label_problems(cfg, problems, k=args.k)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", encoding="utf-8") as fh:
-        for i, lab in zip(keep, labels):
-            fh.write(json.dumps(labelled_record(problems[i // r.n].id, golds[i], prompt_ids[i], response_ids[i],
-                                                batch.response_text[i], grades[i].extracted, grades[i].correct, lab,
-                                                model=str(path))) + "\n")
-    steps = sum(len(lab.ends) for lab in labels)
-    print(f"mathrl prm label: {len(keep)} responses of {len(problems)} problems, {steps} steps, "
-          f"{sum(map(sum, (lab.hard for lab in labels))):.0f} labelled correct (hard) -> {out}")
+    out.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    print(f"mathrl prm label: {len(records)} responses of {len(problems)} problems, "
+          f"{sum(len(r['ends']) for r in records)} steps, {sum(sum(r['hard']) for r in records):.0f} labelled correct "
+          f"(hard) -> {out}")
     return 0
 
 
 def cmd_train(args) -> int:
     records = read_records(args.labels)
-    path = resolve_model_path(args.model or records[0].get("model", "embedded"), None)
-    tok = load_tokenizer(path)
     dist = init_distributed()
-    torch.manual_seed(args.seed)
-    prm = ValueModel.from_pretrained(path)
-    steps = args.epochs * -(-len(records) // args.batch)
-    engine = build_engine(prm, lr=args.lr, weight_decay=0.0, schedule="constant", warmup=0, total_steps=steps,
-                          stage=1, offload="none", grad_clip=1.0, dtype=torch.float32, world_size=dist.world_size)
-    rng = random.Random(args.seed)
-    for epoch in range(args.epochs):
-        order = list(range(len(records)))
-        rng.shuffle(order)
-        losses = []
-        for b in range(0, len(order), args.batch):
-            batch = [records[i] for i in order[b:b + args.batch]]
-            st = prm_train_step(engine, *records_to_tensors(batch, tok.pad_token_id, args.target),
-                                token_budget=args.token_budget, device="cpu", world_size=dist.world_size)
-            losses.append(float(st["prm/loss"]))
-        print(f"mathrl prm train: epoch {epoch + 1}/{args.epochs}: loss {sum(losses) / len(losses):.4f}", flush=True)
-    out = Path(args.out)
-    engine.module.save_pretrained(out)
-    tok.save_pretrained(str(out))
-    print(f"mathrl prm train: {len(records)} responses, {sum(len(r['ends']) for r in records)} steps -> {out}")
+    train_prm(records, args.model or records[0].get("model", "embedded"), args.out, dist=dist, epochs=args.epochs,
+              lr=args.lr, batch=args.batch, target=args.target, token_budget=args.token_budget, seed=args.seed)
+    print(f"mathrl prm train: {len(records)} responses, {sum(len(r['ends']) for r in records)} steps -> {args.out}")
     return 0
 
 

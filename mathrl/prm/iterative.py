@@ -22,13 +22,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
 
-from mathrl.dist.collectives import all_ranks_ok, all_reduce, sum_over_ranks
+from mathrl.dist.collectives import all_ranks_ok, sum_over_ranks
 from mathrl.dist.engines import build_engine, copy_weights
 from mathrl.models.value_head import ValueModel
 from mathrl.prm.labels import label_steps, labelled_record
-from mathrl.prm.model import filler_record, prm_train_step, records_to_tensors
+from mathrl.prm.model import fit_prm
 from mathrl.reward import grade_batch
 from mathrl.rollout import SamplingConfig, colocate
 from mathrl.train.checkpoint import TrainingError
@@ -134,29 +133,14 @@ class ProcessRLMethod(RLMethod):
                               total_steps=max(1, a.prm_epochs * batches), stage=0,
                               offload="none", grad_clip=cfg.train.max_grad_norm, dtype=next(module.parameters()).dtype,
                               world_size=dist.world_size)
-        losses: list[float] = []
-        stepped = 0.0
         try:
-            for _ in range(a.prm_epochs):
-                order = list(range(len(records)))
-                rng.shuffle(order)
-                # every rank runs the same number of PRM steps: the count of the rank with the most records
-                for j in range(int(all_reduce(torch.tensor([float(batches)]), "max")[0])):
-                    part = [records[i] for i in order[j * a.prm_batch:(j + 1) * a.prm_batch]]
-                    # a rank out of records steps with a filler whose steps are all masked (no loss, no count)
-                    tensors = records_to_tensors(part or [filler_record(models.tokenizer)],
-                                                 models.tokenizer.pad_token_id, "soft", masked=not part)
-                    st = prm_train_step(engine, *tensors, token_budget=cfg.train.micro_batch_tokens,
-                                        device=next(module.parameters()).device, world_size=dist.world_size)
-                    if st["prm/steps"]:
-                        losses.append(float(st["prm/loss"]))
-                        stepped += st["stepped"]
+            return fit_prm(engine, records, epochs=a.prm_epochs, batch=a.prm_batch, target="soft",
+                           tokenizer=models.tokenizer, token_budget=cfg.train.micro_batch_tokens,
+                           device=next(module.parameters()).device, world_size=dist.world_size, rng=rng)
         finally:
             module.requires_grad_(False)
             module.eval()
             del engine
-        return {"prm/loss": sum(losses) / len(losses) if losses else float("nan"), "prm/optimizer_steps": stepped,
-                "prm/records_trained": sum_over_ranks([len(records)])[0]}
 
 
 def _sampling(cfg, seed: int) -> SamplingConfig:

@@ -11,17 +11,19 @@ so a PRM trains under ZeRO 1/2/3 and any world size like the policy.
 
 from __future__ import annotations
 
+import random
+
 import torch
 from torch import Tensor
 
 from mathrl.algo.process import prm_loss
-from mathrl.dist.collectives import sum_over_ranks
+from mathrl.dist.collectives import all_reduce, sum_over_ranks
 from mathrl.train.layouts import Padded
 from mathrl.train.process import step_logits
 from mathrl.train.rows import ForwardBatch
 from mathrl.train.update import MicroLoss, accumulate_and_step, step_grad_norm
 
-__all__ = ["filler_record", "prm_train_step", "records_to_tensors"]
+__all__ = ["filler_record", "fit_prm", "prm_train_step", "records_to_tensors"]
 
 
 def prm_train_step(engine, tokens: ForwardBatch, ends: Tensor, labels: Tensor, step_mask: Tensor, *,
@@ -85,3 +87,27 @@ def filler_record(tokenizer) -> dict:
     """A one-token record (EOS as prompt and response, one step) for a rank with no records of its own."""
     eos = tokenizer.eos_token_id
     return {"prompt_ids": [eos], "response_ids": [eos], "ends": [0], "hard": [0.0], "soft": [0.0]}
+
+
+def fit_prm(engine, records: list[dict], *, epochs: int, batch: int, target: str, tokenizer, token_budget: int,
+            device, world_size: int, rng: random.Random) -> dict[str, float]:
+    """``epochs`` passes of :func:`prm_train_step` over this rank's ``records`` in ``rng``'s order, ``batch``
+    records per optimizer step (``mathrl prm train`` and the iterative rounds). Every rank runs the same number of
+    steps (the most any rank needs; a rank out of records steps with a fully masked filler). Returns
+    ``prm/loss`` (the mean of the steps' global losses), ``prm/optimizer_steps`` and ``prm/records_trained`` (all
+    ranks)."""
+    per_epoch = int(all_reduce(torch.tensor([float(-(-len(records) // batch))]), "max")[0])
+    losses, stepped = [], 0.0
+    for _ in range(epochs):
+        order = list(range(len(records)))
+        rng.shuffle(order)
+        for j in range(per_epoch):
+            part = [records[i] for i in order[j * batch:(j + 1) * batch]]
+            tensors = records_to_tensors(part or [filler_record(tokenizer)], tokenizer.pad_token_id, target,
+                                         masked=not part)
+            st = prm_train_step(engine, *tensors, token_budget=token_budget, device=device, world_size=world_size)
+            if st["prm/steps"]:
+                losses.append(float(st["prm/loss"]))
+                stepped += float(st["stepped"])
+    return {"prm/loss": sum(losses) / len(losses) if losses else float("nan"), "prm/optimizer_steps": stepped,
+            "prm/records_trained": sum_over_ranks([len(records)])[0]}

@@ -50,7 +50,7 @@ def test_grid_expansion_presets_and_overrides(tmp_path):
 
 
 @pytest.mark.parametrize("runs, base, match", [
-    ([{"method": "dpoo"}], {}, r"method = .dpoo.; allowed: rft, online_rft, dpo, online_dpo, grpo, ppo"),
+    ([{"method": "dpoo"}], {}, r"method = .dpoo.; allowed: rft, online_rft, dpo, online_dpo, grpo, grpo_ps, ppo"),
     ([{"method": "grpo", "variant": "dr-grpo"}], {}, r"variant = 'dr-grpo'; allowed: dr_grpo"),
     ([{"method": "grpo", "overrides": {"algo.kl_cof": 0}}], {}, r"unknown key 'algo.kl_cof' \(.*s\.yaml:\d+ \(run #1 "
                                                                 r"overrides\), run 'grpo'\); did you mean 'algo.kl_coef'"),

@@ -89,3 +89,27 @@ def test_prm_rounds_are_refused_where_they_cannot_act(tmp_path):
         rules.refuse(load_config(None, ["algo.prm_update_every=2", "algo.advantage=grpo_ps", f"model.prm={d}",
                                         "deepspeed.zero_stage=3"]))
     rules.refuse(load_config(None, ["algo.prm_update_every=2", "algo.advantage=grpo_ps", f"model.prm={d}"]))
+
+
+@pytest.mark.slow
+def test_the_grpo_ps_study_row_runs_the_process_method(digit_model_dir, tmp_path):
+    """`mathrl ablate`'s grpo_ps row: its presets select the process estimator, and run_method trains with the
+    iterative method (a round after each step when the study sets algo.prm_update_every)."""
+    from mathrl.ablate.methods import run_method
+    from mathrl.registry import ABLATION_METHODS
+
+    prm = save_prm(digit_model_dir, tmp_path / "prm0", 1.0)
+    presets = ABLATION_METHODS.meta("grpo_ps")["presets"]
+    assert presets == {"algo.name": "grpo", "algo.advantage": "grpo_ps"}
+    cfg = _cfg(digit_model_dir, tmp_path / "row", prm, "train.steps=2", *[f"{k}={v}" for k, v in presets.items()],
+               "algo.prm_update_every=2", "algo.ref_update_every=2")
+    assert run_method("grpo_ps", cfg, task=_digit_task()) == 0
+    rows = step_rows(tmp_path / "row")
+    assert "prm/records_new" not in rows[0] and rows[1]["prm/records_new"] == 16.0 and "ps/step_reward_mean" in rows[0]
+    assert (tmp_path / "row" / "prm" / "step_000002" / "backbone.safetensors").is_file()
+
+
+def _digit_task():
+    from mathrl.ablate import Task
+
+    return Task(train_problems=digit_problems(8), reward_terms={"first_digit": {}})

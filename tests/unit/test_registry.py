@@ -233,7 +233,8 @@ def test_train_help_lists_exactly_each_registry(reg):
 def test_ablate_help_lists_exactly_the_methods():
     from mathrl.ablate.cli import build_parser
 
-    assert _help_section(build_parser().format_help(), R.ABLATION_METHODS) == ["rft", "online_rft", "dpo", "online_dpo", "grpo", "ppo"]
+    assert _help_section(build_parser().format_help(), R.ABLATION_METHODS) == ["rft", "online_rft", "dpo", "online_dpo", "grpo", "grpo_ps",
+                                                                                  "ppo"]
 
 
 def test_a_study_method_is_looked_up_in_its_registry(monkeypatch):

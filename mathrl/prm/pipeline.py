@@ -1,0 +1,81 @@
+"""The two halves of making a process reward model, as library functions: :func:`label_problems` (a policy's
+samples of some problems, every step labelled automatically) and :func:`train_prm` (a PRM folder fitted to
+labelled records). ``mathrl prm label`` / ``mathrl prm train`` and the study's GRPO+PS rows call them."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import torch
+
+from mathrl.config import Config
+from mathrl.data import render_prompt
+from mathrl.dist.collectives import DistInfo
+from mathrl.dist.engines import build_engine
+from mathrl.models import load_tokenizer, resolve_model_path
+from mathrl.models.value_head import ValueModel
+from mathrl.prm.labels import label_steps, labelled_record
+from mathrl.prm.model import fit_prm
+from mathrl.reward import grade_batch
+from mathrl.rollout import SamplingConfig
+from mathrl.rollout.factory import make_engine
+
+__all__ = ["label_problems", "train_prm"]
+
+
+def label_problems(cfg: Config, problems: list, *, k: int) -> list[dict]:
+    """``rollout.n`` samples of each problem by ``model.name`` with ``rollout.*`` (seed ``train.seed``), graded by
+    the verifier; every step of each non-empty response labelled from ``k`` completions of its prefix (seed
+    ``train.seed + 1``). One record per response, in ``mathrl prm label``'s format."""
+    path = resolve_model_path(cfg.model.name, cfg.model.cache_dir)
+    tok = load_tokenizer(path)
+    r = cfg.rollout
+    sampling = SamplingConfig(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_tokens=r.max_tokens,
+                              seed=cfg.train.seed)
+
+    def verdicts(texts, golds):
+        return [g.correct for g in grade_batch(texts, golds, workers=cfg.reward.workers)]
+
+    engine = make_engine(r.backend, path, dtype="float32", seed=cfg.train.seed)
+    try:
+        batch = engine.generate([render_prompt(p, tok, cfg.data.template) for p in problems], r.n, sampling)
+        golds = [p.gold for p in problems for _ in range(r.n)]
+        grades = grade_batch(batch.response_text, golds, workers=cfg.reward.workers)
+        prompt_ids = [batch.prompt_ids[i][batch.prompt_mask[i].bool()].tolist() for i in range(len(golds))]
+        response_ids = [batch.response_ids[i][batch.response_mask[i].bool()].tolist() for i in range(len(golds))]
+        keep = [i for i, ids in enumerate(response_ids) if ids]
+        labels = label_steps(engine, tok, [prompt_ids[i] for i in keep], [response_ids[i] for i in keep],
+                             [golds[i] for i in keep], [grades[i].correct for i in keep], k=k,
+                             sampling=SamplingConfig(**{**sampling.__dict__, "seed": cfg.train.seed + 1}),
+                             grade=verdicts)
+    finally:
+        engine.close()
+    return [labelled_record(problems[i // r.n].id, golds[i], prompt_ids[i], response_ids[i], batch.response_text[i],
+                            grades[i].extracted, grades[i].correct, lab, model=str(path))
+            for i, lab in zip(keep, labels)]
+
+
+def train_prm(records: list[dict], model: str, out: str | Path, *, dist: DistInfo, epochs: int = 2, lr: float = 1e-5,
+              batch: int = 16, target: str = "soft", token_budget: int = 8192, seed: int = 0) -> dict[str, float]:
+    """A PRM (:class:`~mathrl.models.value_head.ValueModel` of ``model``: a path, hub id or ``embedded``) fitted to
+    ``records`` (:func:`mathrl.prm.model.fit_prm`, ZeRO-1, constant ``lr``) and saved with its tokenizer into
+    ``out`` (by rank 0). Returns the last epoch's statistics."""
+    path = resolve_model_path(model, None)
+    tok = load_tokenizer(path)
+    torch.manual_seed(seed)
+    prm = ValueModel.from_pretrained(path)
+    engine = build_engine(prm, lr=lr, weight_decay=0.0, schedule="constant", warmup=0,
+                          total_steps=epochs * -(-len(records) // batch), stage=1, offload="none", grad_clip=1.0,
+                          dtype=torch.float32, world_size=dist.world_size)
+    rng = random.Random(seed)
+    stats: dict[str, float] = {}
+    for epoch in range(epochs):
+        stats = fit_prm(engine, records, epochs=1, batch=batch, target=target, tokenizer=tok,
+                        token_budget=token_budget, device="cpu", world_size=dist.world_size, rng=rng)
+        if dist.is_main:
+            print(f"mathrl prm train: epoch {epoch + 1}/{epochs}: loss {stats['prm/loss']:.4f}", flush=True)
+    if dist.is_main:
+        engine.module.save_pretrained(out)
+        tok.save_pretrained(str(out))
+    return stats
