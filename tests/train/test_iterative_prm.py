@@ -113,3 +113,26 @@ def _digit_task():
     from mathrl.ablate import Task
 
     return Task(train_problems=digit_problems(8), reward_terms={"first_digit": {}})
+
+
+@pytest.mark.slow
+def test_prm_rounds_on_two_ranks_with_uneven_records(digit_model_dir, tmp_path):
+    """World size 2, ZeRO-2 policy: rank 0 trains the PRM on its 8 new records of a round, rank 1 on 3 (prm_batch 2:
+    4 steps against 2, so rank 1 steps twice with a masked filler). No hang; every PRM step is taken by both
+    ranks; the counts add up over the ranks; both ranks end with the same PRM."""
+    from pathlib import Path
+
+    from _train_tasks import torchrun
+
+    prm = save_prm(digit_model_dir, tmp_path / "prm0", 1.0)
+    out = tmp_path / "ws2"
+    rc, log = torchrun(Path(__file__).parent / "_iterative_prm.py", (digit_model_dir, prm, out), 2)
+    assert rc == 0, log[-3000:]
+    rows = step_rows(out)
+    assert [r["prm/records_new"] for r in rows] == [16.0, 16.0]  # 2 problems x 4 samples per rank
+    assert rows[0]["prm/records_trained"] == 8 + 3 and rows[0]["prm/optimizer_steps"] == 4.0
+    assert rows[1]["prm/records_trained"] == 9 + 3  # rank 0: 8 new + round(0.1 x 8) replayed; rank 1 cut to 3
+    ranks = [json.loads((out / f"prm_rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0] == ranks[1]
+    initial = _weights(prm / "value_head.safetensors")["weight"].double().sum().item()
+    assert abs(initial - ranks[0]["value_head.weight"]) > 1e-3  # the rounds moved the PRM
