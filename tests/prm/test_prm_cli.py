@@ -73,6 +73,25 @@ def test_label_train_eval_on_the_real_model(tmp_path, embedded_model_path):
     for key in ("step_accuracy", "best_of_n", "majority", "random"):
         assert 0.0 <= result[key] <= 1.0
 
+    # GRPO+PS on that PRM, iterative (DeepSeekMath Algorithm 1): `mathrl train` runs one step and one PRM round on
+    # SmolLM2's multi-line responses
+    run = tmp_path / "ps"
+    p = subprocess.run([sys.executable, "-m", "mathrl.cli", "train", "configs/demo.yaml",
+                        f"model.name={embedded_model_path}", "rollout.n=4", "rollout.max_tokens=40", "train.batch_size=2",
+                        "train.steps=1", "data.eval_limit=2", "eval.n=1", "eval.k=[1]", "algo.advantage=grpo_ps",
+                        f"model.prm={tmp_path / 'prm'}", "algo.prm_update_every=1", "algo.ref_update_every=1",
+                        "algo.prm_label_k=1", "algo.prm_batch=4", "logging.log_samples=8", f"train.output_dir={run}",
+                        "logging.tensorboard=false", "logging.console=plain"],
+                       capture_output=True, text=True, timeout=800, cwd=str(ROOT), env=env)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    row = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if '"event"' not in x][0]
+    assert row["ps/steps_per_response"] > 1.0 and row["prm/records_new"] == 8.0
+    assert row["prm/steps_labelled"] > 8 and row["prm/optimizer_steps"] == 2.0
+    assert (run / "prm" / "step_000001" / "backbone.safetensors").is_file()
+    samples = [json.loads(x) for x in (run / "rollouts.jsonl").read_text().splitlines()]
+    assert len(samples) == 8 and max(len(r["step_rewards"]) for r in samples) > 1
+    assert all(r["step_ends"][-1] == r["tokens"] - 1 and r["step_ends"] == sorted(r["step_ends"]) for r in samples)
+
 
 def test_label_records_become_padded_tensors_by_hand():
     from mathrl.prm.model import records_to_tensors as _tensors
