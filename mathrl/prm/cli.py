@@ -25,6 +25,7 @@ from mathrl.config import load_config
 from mathrl.data.splits import heldout_problems, load_training_problems
 from mathrl.dist.collectives import init_distributed
 from mathrl.errors import InputError
+from mathrl.jsonl import json_objects
 from mathrl.models import load_tokenizer
 from mathrl.models.value_head import ValueModel
 from mathrl.prm.model import records_to_tensors
@@ -46,16 +47,8 @@ def read_records(path: str | Path) -> list[dict]:
     """The labelled responses of a ``mathrl prm label`` file; a bad line raises :class:`PRMInputError` naming the
     file, the line and the key at fault."""
     p = Path(path)
-    if not p.is_file():
-        raise PRMInputError(f"{p}: no such file (write one with `mathrl prm label`)")
     out = []
-    for ln, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise PRMInputError(f"{p}:{ln}: not valid JSON ({e.msg} at column {e.colno})") from None
+    for ln, rec in json_objects(p, PRMInputError, missing="write one with `mathrl prm label`"):
         for key, tp in REQUIRED.items():
             if not isinstance(rec.get(key), tp):
                 raise PRMInputError(f"{p}:{ln}: key {key!r} must be a {tp.__name__}, got {rec.get(key)!r:.60}")

@@ -18,6 +18,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from mathrl.jsonl import json_objects
 from mathrl.reward.api import grade, grade_batch
 from mathrl.reward.options import GradeOptions, GradeOptionsError
 
@@ -31,35 +32,24 @@ class CaseFileError(ValueError):
 def load_cases(path: str | Path) -> list[dict]:
     """Read a cases JSONL file; raises CaseFileError naming file and line for any bad line."""
     p = Path(path)
-    if not p.is_file():
-        raise CaseFileError(f"{p}: no such file")
     cases = []
-    with p.open(encoding="utf-8") as f:
-        for ln, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise CaseFileError(f"{p}:{ln}: not valid JSON ({e.msg} at column {e.colno})") from None
-            if not isinstance(obj, dict):
-                raise CaseFileError(f"{p}:{ln}: expected a JSON object, got {type(obj).__name__}")
-            for key in ("gold", "response"):
-                if key not in obj:
-                    raise CaseFileError(f"{p}:{ln}: missing key {key!r} (required: 'gold', 'response')")
-                value = obj[key]
-                if key == "gold" and isinstance(value, (int, float)) and not isinstance(value, bool):
-                    obj[key] = value = json.dumps(value)  # a numeric gold (72, 0.5) as written in the file
-                if not isinstance(value, str):
-                    raise CaseFileError(f"{p}:{ln}: key {key!r} must be a string"
-                                        f"{' or a number' if key == 'gold' else ''}, got {type(value).__name__}")
-            if not obj["gold"].strip():
-                raise CaseFileError(f"{p}:{ln}: key 'gold' is empty; give the reference answer")
-            for key in ("equivalent", "truncated"):
-                if key in obj and not isinstance(obj[key], bool):
-                    raise CaseFileError(f"{p}:{ln}: key {key!r} must be true or false, got {obj[key]!r}")
-            obj["_line"] = ln
-            cases.append(obj)
+    for ln, obj in json_objects(p, CaseFileError):
+        for key in ("gold", "response"):
+            if key not in obj:
+                raise CaseFileError(f"{p}:{ln}: missing key {key!r} (required: 'gold', 'response')")
+            value = obj[key]
+            if key == "gold" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                obj[key] = value = json.dumps(value)  # a numeric gold (72, 0.5) as written in the file
+            if not isinstance(value, str):
+                raise CaseFileError(f"{p}:{ln}: key {key!r} must be a string"
+                                    f"{' or a number' if key == 'gold' else ''}, got {type(value).__name__}")
+        if not obj["gold"].strip():
+            raise CaseFileError(f"{p}:{ln}: key 'gold' is empty; give the reference answer")
+        for key in ("equivalent", "truncated"):
+            if key in obj and not isinstance(obj[key], bool):
+                raise CaseFileError(f"{p}:{ln}: key {key!r} must be true or false, got {obj[key]!r}")
+        obj["_line"] = ln
+        cases.append(obj)
     if not cases:
         raise CaseFileError(f"{p}: no cases")
     return cases
