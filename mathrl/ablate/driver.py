@@ -5,6 +5,9 @@ Study folder layout::
     <out>/plan.json                    the expanded runs (name, method, overrides)
     <out>/baseline-<key>/              evaluation of the initial model ("before"), shared by the runs
                                        with the same model, held-out set and evaluation settings
+    <out>/prm_initial/                 with study.prm: the PRM of the process-supervised rows (grpo_ps
+                                       without model.prm), trained on the initial policy's labelled samples
+                                       (labels.jsonl kept beside it) before the first such run
     <out>/<run>/                       the training run folder (config.yaml, metrics.jsonl, checkpoints/)
     <out>/<run>/eval/step_<N>/         evaluation of the checkpoint of step N (the last one = "after")
     <out>/<run>/trained.json           training finished (wall time, tokens)
@@ -36,9 +39,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mathrl.ablate.methods import Task, run_method
-from mathrl.ablate.study import DONE, TRAINED, RunSpec, Study, base_config, load_study, run_config
+from mathrl.ablate.study import DONE, PRM_FOLDER, TRAINED, RunSpec, Study, base_config, load_study, run_config
 from mathrl.config import Config
+from mathrl.data.splits import load_training_problems
+from mathrl.dist.collectives import init_distributed
 from mathrl.eval.evaluate import powers_up_to
+from mathrl.prm.pipeline import label_problems, train_prm
 from mathrl.procs import without_dist_env
 
 __all__ = ["run_study", "print_commands", "eval_settings", "DONE", "TRAINED"]
@@ -233,10 +239,40 @@ def _free_memory() -> None:
         pass
 
 
+def ensure_initial_prm(study: Study, task: Task, *, log: Log = _log) -> None:
+    """With ``study.prm`` and a run that reads ``<out>/prm_initial`` (see :func:`~mathrl.ablate.study.run_config`):
+    train that PRM once, on rank 0, unless it exists (:func:`mathrl.prm.pipeline.label_problems` on the first
+    ``study.prm.problems`` training problems with the base config's policy and sampler, then
+    :func:`~mathrl.prm.pipeline.train_prm`); the labelled records stay in ``labels.jsonl`` beside it."""
+    folder = study.out / PRM_FOLDER
+    wanted = study.prm and any(run_config(study, r).model.prm == str(folder) for r in study.runs)
+    if not wanted or (folder / "backbone.safetensors").is_file():
+        return
+    if _is_main():
+        cfg, opts = base_config(study), study.prm
+        problems = (task.train_problems if task.train_problems is not None else load_training_problems(cfg))
+        problems = problems[: opts["problems"]]
+        log(f"[ablate] initial PRM: labelling {len(problems)} problems x {cfg.rollout.n} samples of {cfg.model.name} "
+            f"(k = {opts['k']} completions per step) -> {folder}")
+        records = label_problems(cfg, problems, k=opts["k"])
+        tmp = folder.with_name(folder.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        (tmp / "labels.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+        budget = cfg.train.micro_batch_tokens if isinstance(cfg.train.micro_batch_tokens, int) else 8192
+        stats = train_prm(records, cfg.model.name, tmp, dist=init_distributed(), epochs=opts["epochs"], lr=opts["lr"],
+                          batch=opts["batch"], token_budget=budget, seed=cfg.train.seed)
+        tmp.rename(folder)  # complete: a stopped stage is redone, never half-used
+        log(f"[ablate] initial PRM: {len(records)} responses, {sum(len(r['ends']) for r in records)} steps, "
+            f"last loss {stats['prm/loss']:.4f} -> {folder}")
+    _barrier()
+
+
 def run_one(study: Study, run: RunSpec, task: Task, *, log: Log = _log) -> dict:
     """Train and evaluate one run (resuming at run granularity); returns its DONE record."""
     from mathrl.eval.series import find_checkpoints
 
+    ensure_initial_prm(study, task, log=log)
     cfg = run_config(study, run)
     # the config as the study gives it: the trainer fills derived fields in place (rollout.max_model_len from the
     # prompts, the fitted train.micro_batch_tokens), which a later comparison with the study must not count
@@ -377,8 +413,6 @@ def run_study(study_path: str | Path | Study, *, out: str | Path | None = None, 
         return {"commands": commands(study, study.path)}
     task = task or Task()
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # launched on several processes: barriers need the group
-        from mathrl.dist.collectives import init_distributed
-
         init_distributed()
     if only:
         for name in only:
@@ -412,4 +446,4 @@ def run_study(study_path: str | Path | Study, *, out: str | Path | None = None, 
     return data
 
 
-__all__ += ["run_one", "commands", "baseline_key", "evaluate_at", "base_config", "AblationError", "CHILD_ENV"]
+__all__ += ["ensure_initial_prm", "run_one", "commands", "baseline_key", "evaluate_at", "base_config", "AblationError", "CHILD_ENV"]

@@ -49,10 +49,10 @@ import yaml
 
 from mathrl.config import Config, ConfigError, set_value, validate
 from mathrl.config.loader import flatten_yaml
-from mathrl.registry import ABLATION_METHODS
+from mathrl.registry import ABLATION_METHODS, ESTIMATORS
 
-__all__ = ["BEFORE", "DONE", "MIN_PASS1_SAMPLES", "TRAINED", "VARIANTS", "RunSpec", "Study", "dump_study", "load_study",
-           "run_config"]
+__all__ = ["BEFORE", "DONE", "MIN_PASS1_SAMPLES", "PRM_DEFAULTS", "PRM_FOLDER", "TRAINED", "VARIANTS", "RunSpec", "Study",
+           "dump_study", "load_study", "run_config"]
 
 # the files that mark a run of a study as done (written last) and as trained (evaluation pending)
 DONE = "DONE.json"
@@ -75,9 +75,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
 """Named override bundles for the commonly argued-about ablations (``variant:`` in a run)."""
 
 STUDY_KEYS = {"name", "out", "base", "curve_every", "launcher", "rft", "description", "seeds", "compare",
-              "primary_metric", "contrasts"}
+              "primary_metric", "contrasts", "prm"}
 RUN_KEYS = {"name", "method", "variant", "overrides", "sweep", "rft", "group", "seeds"}
 RFT_KEYS = {"dedup", "max_per_problem"}
+PRM_DEFAULTS: dict[str, Any] = {"problems": 64, "k": 4, "epochs": 2, "lr": 1e-5, "batch": 16}
+"""``study.prm``: the initial PRM the study trains for its process-supervised rows (grpo_ps) that give no
+``model.prm``: the initial policy's samples (``rollout.n`` each) of the first ``problems`` training problems,
+every step labelled from ``k`` completions, then ``epochs`` passes at ``lr``, ``batch`` responses per step."""
+PRM_FOLDER = "prm_initial"
+"""Where in the study's folder that PRM (and its ``labels.jsonl``) is kept."""
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")
 _METRIC_RE = re.compile(r"^(greedy|pass@[1-9][0-9]*|maj@[1-9][0-9]*)$")
 BEFORE = "before"
@@ -118,6 +124,7 @@ class Study:
     primary_metric: str = ""                                         # the confirmatory metric ("" = none)
     contrasts: list[tuple[str, str]] = field(default_factory=list)  # the declared family; A may be "before"
     cli_overrides: list[str] = field(default_factory=list)          # key=value from the command line
+    prm: dict[str, Any] = field(default_factory=dict)                # study.prm (PRM_DEFAULTS filled in), or {}
 
     def run(self, name: str) -> RunSpec:
         for r in self.runs:
@@ -181,6 +188,21 @@ def _check_rft(opts: Any, where: str) -> dict[str, Any]:
     if mpp is not None and (isinstance(mpp, bool) or not isinstance(mpp, int) or mpp < 1):
         raise ConfigError(f"{where}: rft.max_per_problem = {mpp!r}; allowed: an integer >= 1 or null")
     return dict(opts)
+
+
+def _check_prm(opts: Any, where: str) -> dict[str, Any]:
+    if opts is None:
+        return {}
+    if not isinstance(opts, dict) or set(opts) - set(PRM_DEFAULTS):
+        raise ConfigError(f"{where}: study.prm must be a mapping with keys among {', '.join(PRM_DEFAULTS)}; got "
+                          f"{opts!r:.80}")
+    out = {**PRM_DEFAULTS, **opts}
+    for key in ("problems", "k", "epochs", "batch"):
+        if isinstance(out[key], bool) or not isinstance(out[key], int) or out[key] < 1:
+            raise ConfigError(f"{where}: study.prm.{key} = {out[key]!r}; allowed: an integer >= 1")
+    if isinstance(out["lr"], bool) or not isinstance(out["lr"], (int, float)) or not out["lr"] > 0:
+        raise ConfigError(f"{where}: study.prm.lr = {out['lr']!r}; allowed: a number > 0")
+    return out
 
 
 def _check_seeds(seeds: Any, where: str, key: str = "study.seeds") -> list[int] | None:
@@ -371,7 +393,8 @@ def load_study(path: str | Path, out: str | Path | None = None, overrides: list[
                   curve_every=curve_every, launcher=launcher, description=str(st.get("description") or ""),
                   compare=compare, cli_overrides=overrides, primary_metric="" if primary is None else str(primary),
                   contrasts=[] if contrasts is None else
-                  _check_contrasts(contrasts, groups, f"{path}{_line_of(root, 'study', 'contrasts')}"))
+                  _check_contrasts(contrasts, groups, f"{path}{_line_of(root, 'study', 'contrasts')}"),
+                  prm=_check_prm(st.get("prm"), f"{path}{_line_of(root, 'study', 'prm')}"))
     configs = [run_config(study, r) for r in runs]  # fail before any work
     if primary is not None:
         _check_primary(study, configs, f"{path}{_line_of(root, 'study', 'primary_metric')}")
@@ -391,6 +414,8 @@ def dump_study(study: Study, path: str | Path) -> Path:
     if study.primary_metric:
         data["study"]["primary_metric"] = study.primary_metric
         data["study"]["contrasts"] = [list(p) for p in study.contrasts]
+    if study.prm:
+        data["study"]["prm"] = dict(study.prm)
     if study.base_recipe is not None:
         data["study"]["base"] = str(Path(study.base_recipe).resolve())
     path = Path(path)
@@ -419,6 +444,8 @@ def run_config(study: Study, run: RunSpec) -> Config:
     for key, value, origin in run.overrides:
         set_value(cfg, key, value, origin=f"{origin}, run {run.name!r}")
     cfg.train.output_dir = str(study.out / run.name)
+    if study.prm and cfg.model.prm is None and ESTIMATORS[cfg.advantage].level == "step":
+        cfg.model.prm = str(study.out / PRM_FOLDER)  # trained by the driver before the run (study.prm)
     if study.curve_every:
         cfg.train.save_every = study.curve_every
         cfg.train.keep_last = max(cfg.train.keep_last, cfg.train.steps // study.curve_every + 1)

@@ -61,15 +61,12 @@ def refuse(cfg: Config) -> None:
     if spec.level == "step" and not cfg.model.prm:
         raise ConfigError(f"algo.advantage = {spec.name!r} scores each step with a process reward model, and "
                           "model.prm is not set; train one (`mathrl prm label`, then `mathrl prm train --out DIR`) "
-                          "and set model.prm=DIR")
+                          "and set model.prm=DIR (in a study, study.prm: {problems: 64} trains one first)")
     if cfg.model.prm and spec.level != "step":
         takes = [s.name for s in ESTIMATORS.values() if s.level == "step"]
         raise ConfigError(f"model.prm = {cfg.model.prm!r} with algo.advantage resolving to {spec.name!r}: only "
                           f"{', '.join(takes)} reads a process reward model, so it would be loaded and ignored; set "
                           f"algo.advantage={takes[0]}, or remove model.prm")
-    if cfg.model.prm and not Path(cfg.model.prm, "backbone.safetensors").is_file():
-        raise ConfigError(f"model.prm = {cfg.model.prm!r}: not a process reward model folder written by "
-                          "`mathrl prm train` (no backbone.safetensors in it)")
     if spec.level == "step" and cfg.algo.kl_coef > 0 and cfg.kl_in == "reward":
         raise ConfigError(f"algo.kl_in = reward with algo.advantage = {spec.name!r}: the process advantage is built "
                           "from the PRM's step rewards only (DeepSeekMath keeps GRPO's KL in the loss); set "

@@ -149,6 +149,10 @@ def check_model_specs(cfg: Config) -> str:
         _resolve("model.ref_model", m.ref_model, m.cache_dir)
     if m.critic_model and get_estimator_spec(cfg.advantage).needs_critic:
         _resolve("model.critic_model", m.critic_model, m.cache_dir)
+    if m.prm and not Path(m.prm, "backbone.safetensors").is_file():  # checked here, not by the config rules: a
+        # study trains its initial PRM (study.prm) into a folder its run configs name before it exists
+        raise ConfigError(f"model.prm = {m.prm!r}: not a process reward model folder written by `mathrl prm train` "
+                          "(no backbone.safetensors in it)")
     return path
 
 

@@ -87,8 +87,7 @@ def test_the_config_rules_around_process_supervision(prm_dir, tmp_path):
         rules.refuse(load_config(None, ["algo.advantage=grpo_ps"]))
     with pytest.raises(ConfigError, match=r"model.prm = .* with algo.advantage resolving to 'grpo': only grpo_ps"):
         rules.refuse(load_config(None, [f"model.prm={prm_dir}"]))
-    with pytest.raises(ConfigError, match="not a process reward model folder"):
-        rules.refuse(load_config(None, ["algo.advantage=grpo_ps", f"model.prm={tmp_path}"]))
+    rules.refuse(load_config(None, ["algo.advantage=grpo_ps", f"model.prm={tmp_path}"]))  # the folder: preflight's
     with pytest.raises(ConfigError, match="algo.kl_in = reward with algo.advantage = 'grpo_ps'"):
         rules.refuse(load_config(None, ["algo.advantage=grpo_ps", f"model.prm={prm_dir}", "algo.kl_in=reward"]))
     with pytest.raises(ConfigError, match="algo.ps_outcome_weight = 0.5 with algo.advantage resolving to 'grpo'"):

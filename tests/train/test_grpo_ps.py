@@ -63,8 +63,13 @@ def test_grpo_ps_trains_on_the_prms_step_scores(digit_model_dir, tmp_path):
         assert not torch.allclose(got, torch.tensor([r["reward"] for r in recs]) - 0.5, atol=1e-3)
 
 
-def test_a_prm_with_another_tokenizer_is_refused(digit_model_dir, tiny_model_dir, tmp_path):
+def test_a_prm_with_another_tokenizer_or_no_prm_folder_is_refused(digit_model_dir, tiny_model_dir, tmp_path):
     from mathrl.config import ConfigError
+    from mathrl.train.preflight import check_model_specs
+
+    with pytest.raises(ConfigError, match="not a process reward model folder written by `mathrl prm train`"):
+        check_model_specs(digit_cfg(digit_model_dir, tmp_path / "run", "algo.advantage=grpo_ps",
+                                    f"model.prm={tmp_path}"))
 
     other = _prm(tiny_model_dir, tmp_path / "prm_smol", 0.0)  # SmolLM2's tokenizer, not the digit model's
     with pytest.raises(ConfigError, match="its tokenizer differs from the policy's"):
