@@ -84,9 +84,14 @@ def test_shipped_studies_load():
     assert {"grpo-dr_grpo", "grpo-no_kl", "grpo-k1", "grpo-mb16", "grpo-mb16-clip_higher", "grpo-G4", "grpo-G16",
             "grpo-iterative"} <= set(names)
     # every section-5.2 method gets the same learning-rate sweep (no method a larger rate by fiat)
-    for method in ("rft", "online_rft", "grpo", "ppo"):
+    for method in ("rft", "online_rft", "dpo", "grpo", "grpo_ps", "ppo"):
         rates = sorted(run_config(gpu, gpu.run(f"{method}-lr{r}")).train.lr for r in ("1e-06", "1e-05"))
         assert rates == [1e-6, 1e-5], method
+    # every row of DeepSeekMath's sec. 5.2.1; the process-supervised rows train on the study's initial PRM
+    ps, ps_iter = run_config(gpu, gpu.run("grpo_ps-lr1e-06")), run_config(gpu, gpu.run("grpo_ps-iterative"))
+    assert ps.advantage == ps_iter.advantage == "grpo_ps" and ps.model.prm == ps_iter.model.prm
+    assert ps.model.prm.endswith("prm_initial") and gpu.prm["problems"] == 256
+    assert ps_iter.algo.prm_update_every == ps_iter.algo.ref_update_every == 50
     assert run_config(gpu, gpu.run("grpo-G16")).rollout.n == 16
     higher = run_config(gpu, gpu.run("grpo-mb16-clip_higher"))
     assert higher.algo.clip_high == 0.28 and higher.train.mini_batch_size == 16
