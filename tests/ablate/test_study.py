@@ -295,3 +295,21 @@ def test_config_differences_ignore_neutral_keys_and_fields_added_later():
     assert config_differences(rec, cfg) == []
     rec["train"]["micro_batch_tokens"] = 2048
     assert config_differences(rec, cfg) == ["train.micro_batch_tokens"]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "configs" / "ablations").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_study_loads(path):
+    study = load_study(path)
+    assert study.runs and all(run_config(study, r).train.output_dir.startswith(str(study.out)) for r in study.runs)
+
+
+def test_the_cpu_study_has_every_row_and_a_declared_family():
+    s = load_study(ROOT / "configs/ablations/deepseekmath_cpu.yaml")
+    methods = {r.method for r in s.runs}
+    assert methods == {"rft", "online_rft", "dpo", "grpo", "grpo_ps", "ppo"}
+    assert {r.group for r in s.runs} >= {"grpo-iterative", "grpo_ps-iterative"}
+    assert s.primary_metric == "greedy" and {b for a, b in s.contrasts if a == "before"} == {r.group for r in s.runs}
+    c = run_config(s, s.run("grpo_ps-iterative-seed0"))
+    assert c.data.synthetic_level == 3 and c.data.eval_limit == 500 and c.model.prm.endswith("prm_initial")
+    assert c.algo.prm_update_every == c.algo.ref_update_every == 10
+    assert {run_config(s, r).train.lr for r in s.runs} == {1e-5}  # one learning rate for every method
