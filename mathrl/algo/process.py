@@ -70,15 +70,22 @@ def segment_steps(text: str) -> list[tuple[int, int]]:
 
 def step_end_tokens(prefix_lengths: Sequence[int], spans: Sequence[tuple[int, int]]) -> list[int]:
     """The token index at which each step ends: for span end ``c``, the first token ``t`` whose decoded prefix
-    (``prefix_lengths[t]`` = the length of the text of tokens ``0..t``) reaches ``c``. Steps that end inside
-    the same token share it; a span past the decoded text ends at the last token."""
-    if not prefix_lengths:
-        return []
-    ends, t = [], 0
-    for _, c in spans:
-        while t < len(prefix_lengths) - 1 and prefix_lengths[t] < c:
-            t += 1
-        ends.append(t)
+    (``prefix_lengths[t]`` = the length of the text of tokens ``0..t``, non-decreasing in ``t``) reaches ``c``.
+    Steps that end inside the same token share it; a span past the decoded text ends at the last token.
+
+    Found by bisection, so ``prefix_lengths`` is read at O(steps x log tokens) indices: it may be a lazy
+    sequence that decodes a prefix only when indexed (:func:`mathrl.train.process.response_steps`)."""
+    n = len(prefix_lengths)
+    ends, lo = [], 0
+    for _, c in spans if n else ():
+        hi = n - 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if prefix_lengths[mid] >= c:
+                hi = mid
+            else:
+                lo = mid + 1
+        ends.append(lo)
     return ends
 
 

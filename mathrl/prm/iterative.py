@@ -22,18 +22,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-
 from mathrl.dist.collectives import all_ranks_ok, sum_over_ranks
 from mathrl.dist.engines import build_engine, copy_weights
 from mathrl.models.value_head import ValueModel
-from mathrl.prm.labels import label_steps, labelled_record
+from mathrl.prm.labels import label_rollouts
 from mathrl.prm.model import fit_prm
-from mathrl.reward import grade_batch
-from mathrl.rollout import SamplingConfig, colocate
+from mathrl.reward.options import GradeOptions
+from mathrl.rollout import colocate
 from mathrl.train.checkpoint import TrainingError
 from mathrl.train.loop import RLMethod
 from mathrl.train.models import generation_weights
-from mathrl.train.sampling import sample_and_grade, sampling_seed
+from mathrl.train.sampling import rollout_sampling, sample_and_grade, sampling_seed
 from mathrl.train.trainer import Trainer
 
 __all__ = ["ProcessRLMethod", "replay_sample", "run"]
@@ -91,22 +90,14 @@ class ProcessRLMethod(RLMethod):
         with generation_weights(trainer.rollout, models.policy):
             s = sample_and_grade(cfg, dist, tok, trainer.rollout, trainer.problems, step - 1,
                                  seed=sampling_seed(cfg, step, dist.rank, PRM_SEED_ROUND))
-            b = s.batch
-            prompt_ids = [b.prompt_ids[i][b.prompt_mask[i].bool()].tolist() for i in range(len(s.golds))]
-            response_ids = [b.response_ids[i][b.response_mask[i].bool()].tolist() for i in range(len(s.golds))]
-            keep = [i for i, ids in enumerate(response_ids) if ids]
             colocate.before_generate(trainer.rollout)  # rollout.sleep_between_steps: awake for the completions
-            labels = label_steps(trainer.rollout, tok, [prompt_ids[i] for i in keep], [response_ids[i] for i in keep],
-                                 [s.golds[i] for i in keep], [s.correct[i] for i in keep], k=a.prm_label_k,
-                                 sampling=_sampling(cfg, sampling_seed(cfg, step, dist.rank, PRM_SEED_ROUND + 1)),
-                                 grade=lambda texts, golds: [g.correct for g in grade_batch(
-                                     texts, golds, workers=cfg.reward.workers)])
+            ids = [p.id for p in s.problems for _ in range(cfg.rollout.n)]
+            answers = [g.extracted for g in s.grades] if s.grades is not None else [None] * len(ids)
+            new = label_rollouts(trainer.rollout, tok, s.batch, ids, s.golds, s.correct, answers, k=a.prm_label_k,
+                                 sampling=rollout_sampling(cfg, sampling_seed(cfg, step, dist.rank,
+                                                                              PRM_SEED_ROUND + 1)),
+                                 options=GradeOptions.from_config(cfg), model=str(cfg.model.prm), round_step=step)
             colocate.after_generate(trainer.rollout)
-        G = cfg.rollout.n
-        new = [labelled_record(s.problems[i // G].id, s.golds[i], prompt_ids[i], response_ids[i],
-                               b.response_text[i], s.grades[i].extracted if s.grades is not None else None,
-                               s.correct[i], lab, model=str(cfg.model.prm), round_step=step)
-               for i, lab in zip(keep, labels)]
         rng = random.Random(sampling_seed(cfg, step, dist.rank, PRM_SEED_ROUND + 2))
         replay = replay_sample(self.pool, a.prm_replay, rng)
         stats = self._train(trainer, new + replay, rng)
@@ -141,11 +132,6 @@ class ProcessRLMethod(RLMethod):
             module.requires_grad_(False)
             module.eval()
             del engine
-
-
-def _sampling(cfg, seed: int) -> SamplingConfig:
-    r = cfg.rollout
-    return SamplingConfig(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_tokens=r.max_tokens, seed=seed)
 
 
 def run(cfg, *, problems=None) -> int:

@@ -16,10 +16,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from mathrl.algo.process import step_labels
-from mathrl.rollout import SamplingConfig
+from mathrl.reward import grade_batch
+from mathrl.reward.options import GradeOptions
+from mathrl.rollout import RolloutBatch, SamplingConfig
 from mathrl.train.process import response_steps
 
-__all__ = ["StepLabels", "label_steps", "labelled_record"]
+__all__ = ["StepLabels", "label_rollouts", "label_steps", "labelled_record"]
 
 
 @dataclass
@@ -35,13 +37,14 @@ class StepLabels:
 
 def label_steps(engine, tokenizer, prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[int]],
                 golds: Sequence[str], final_correct: Sequence[bool], *, k: int, sampling: SamplingConfig,
-                grade: Callable[[list[str], list[str]], list[bool]]) -> list[StepLabels]:
+                grade: Callable[[list[str], list[str], list[bool]], list[bool]]) -> list[StepLabels]:
     """Label every step of each response (``prompt_ids[i]``, ``response_ids[i]``: token ids without padding;
     ``golds[i]`` the answer; ``final_correct[i]`` the response's own verdict, the label of its last step).
 
-    ``grade(responses, golds)`` returns a verdict per text (the verifier: ``reward.grade_batch``'s ``correct``).
-    Each earlier step gets ``k`` completions of ``prompt + response[: end + 1]`` from ``engine``; a completion is
-    graded as the response text up to the step followed by the completion."""
+    ``grade(responses, golds, truncated)`` returns a verdict per text (the verifier: ``reward.grade_batch``'s
+    ``correct``; ``truncated[i]``: completion i stopped at ``max_tokens``, graded as the trainer grades such a
+    response). Each earlier step gets ``k`` completions of ``prompt + response[: end + 1]`` from ``engine``; a
+    completion is graded as the response text up to the step followed by the completion."""
     if not (len(prompt_ids) == len(response_ids) == len(golds) == len(final_correct)):
         raise ValueError("label_steps: prompt_ids, response_ids, golds and final_correct differ in length")
     if k < 1:
@@ -59,7 +62,8 @@ def label_steps(engine, tokenizer, prompt_ids: Sequence[Sequence[int]], response
     if queries:
         batch = engine.generate(prompts, k, sampling)
         texts = [prefixes[q] + batch.response_text[q * k + c] for q in range(len(queries)) for c in range(k)]
-        ok = grade(texts, [golds[queries[q][0]] for q in range(len(queries)) for _ in range(k)])
+        ok = grade(texts, [golds[queries[q][0]] for q in range(len(queries)) for _ in range(k)],
+                   [f == "length" for f in batch.finish_reason])
         for q, key in enumerate(queries):
             verdicts[key] = list(ok[q * k:(q + 1) * k])
     out = []
@@ -77,3 +81,27 @@ def labelled_record(problem_id: str, gold: str, prompt_ids: Sequence[int], respo
     return {"problem_id": problem_id, "gold": gold, "model": model, "prompt_ids": list(prompt_ids),
             "response_ids": list(response_ids), "response": response, "answer": answer, "correct": bool(correct),
             "ends": labels.ends, "hard": labels.hard, "soft": labels.soft, **extra}
+
+
+def label_rollouts(engine, tokenizer, batch: RolloutBatch, problem_ids: Sequence[str], golds: Sequence[str],
+                   correct: Sequence[bool], answers: Sequence[str | None], *, k: int, sampling: SamplingConfig,
+                   options: GradeOptions, model: str, **extra) -> list[dict]:
+    """Every step of the sampled responses in ``batch`` labelled (:func:`label_steps`, ``k`` completions per
+    step from ``engine`` with ``sampling``, graded by the verifier with the run's ``options``): one
+    :func:`labelled_record` per response with at least one token. ``problem_ids[i]``, ``golds[i]``, ``correct[i]``
+    (the response's verdict) and ``answers[i]`` (its extracted answer) belong to response i; ``extra`` goes into
+    every record. ``mathrl prm label`` and the iterative round both label through it."""
+    n = batch.response_ids.shape[0]
+    if not (len(problem_ids) == len(golds) == len(correct) == len(answers) == n):
+        raise ValueError(f"label_rollouts: {n} responses but {len(problem_ids)} problem ids, {len(golds)} golds, "
+                         f"{len(correct)} verdicts and {len(answers)} answers; allowed: one of each per response")
+    prompt_ids = [batch.prompt_ids[i][batch.prompt_mask[i].bool()].tolist() for i in range(n)]
+    response_ids = [batch.response_ids[i][batch.response_mask[i].bool()].tolist() for i in range(n)]
+    keep = [i for i, ids in enumerate(response_ids) if ids]
+    labels = label_steps(engine, tokenizer, [prompt_ids[i] for i in keep], [response_ids[i] for i in keep],
+                         [golds[i] for i in keep], [correct[i] for i in keep], k=k, sampling=sampling,
+                         grade=lambda texts, gs, cut: [g.correct for g in grade_batch(texts, gs, options,
+                                                                                      truncated=cut)])
+    return [labelled_record(problem_ids[i], golds[i], prompt_ids[i], response_ids[i], batch.response_text[i],
+                            answers[i], correct[i], lab, model=model, **extra)
+            for i, lab in zip(keep, labels)]

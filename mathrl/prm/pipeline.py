@@ -15,45 +15,36 @@ from mathrl.dist.collectives import DistInfo
 from mathrl.dist.engines import build_engine
 from mathrl.models import load_tokenizer, resolve_model_path
 from mathrl.models.value_head import ValueModel
-from mathrl.prm.labels import label_steps, labelled_record
+from mathrl.prm.labels import label_rollouts
 from mathrl.prm.model import fit_prm
 from mathrl.reward import grade_batch
-from mathrl.rollout import SamplingConfig
+from mathrl.reward.options import GradeOptions
 from mathrl.rollout.factory import make_engine
+from mathrl.train.sampling import rollout_sampling
 
 __all__ = ["label_problems", "train_prm"]
 
 
 def label_problems(cfg: Config, problems: list, *, k: int) -> list[dict]:
-    """``rollout.n`` samples of each problem by ``model.name`` with ``rollout.*`` (seed ``train.seed``), graded by
-    the verifier; every step of each non-empty response labelled from ``k`` completions of its prefix (seed
-    ``train.seed + 1``). One record per response, in ``mathrl prm label``'s format."""
+    """``rollout.n`` samples of each problem by ``model.name`` with the run's sampling (``rollout.*`` and the
+    template's stops, seed ``train.seed``), graded by the verifier with ``reward.*``; every step of each non-empty
+    response labelled from ``k`` completions of its prefix (seed ``train.seed + 1``). One record per response, in
+    ``mathrl prm label``'s format."""
     path = resolve_model_path(cfg.model.name, cfg.model.cache_dir)
     tok = load_tokenizer(path)
-    r = cfg.rollout
-    sampling = SamplingConfig(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_tokens=r.max_tokens,
-                              seed=cfg.train.seed)
-
-    def verdicts(texts, golds):
-        return [g.correct for g in grade_batch(texts, golds, workers=cfg.reward.workers)]
-
-    engine = make_engine(r.backend, path, dtype="float32", seed=cfg.train.seed)
+    n, options = cfg.rollout.n, GradeOptions.from_config(cfg)
+    engine = make_engine(cfg.rollout.backend, path, dtype="float32", seed=cfg.train.seed)
     try:
-        batch = engine.generate([render_prompt(p, tok, cfg.data.template) for p in problems], r.n, sampling)
-        golds = [p.gold for p in problems for _ in range(r.n)]
-        grades = grade_batch(batch.response_text, golds, workers=cfg.reward.workers)
-        prompt_ids = [batch.prompt_ids[i][batch.prompt_mask[i].bool()].tolist() for i in range(len(golds))]
-        response_ids = [batch.response_ids[i][batch.response_mask[i].bool()].tolist() for i in range(len(golds))]
-        keep = [i for i, ids in enumerate(response_ids) if ids]
-        labels = label_steps(engine, tok, [prompt_ids[i] for i in keep], [response_ids[i] for i in keep],
-                             [golds[i] for i in keep], [grades[i].correct for i in keep], k=k,
-                             sampling=SamplingConfig(**{**sampling.__dict__, "seed": cfg.train.seed + 1}),
-                             grade=verdicts)
+        batch = engine.generate([render_prompt(p, tok, cfg.data.template) for p in problems], n,
+                                rollout_sampling(cfg, cfg.train.seed))
+        golds = [p.gold for p in problems for _ in range(n)]
+        grades = grade_batch(batch.response_text, golds, options,
+                             truncated=[f == "length" for f in batch.finish_reason])
+        return label_rollouts(engine, tok, batch, [p.id for p in problems for _ in range(n)], golds,
+                              [g.correct for g in grades], [g.extracted for g in grades], k=k,
+                              sampling=rollout_sampling(cfg, cfg.train.seed + 1), options=options, model=str(path))
     finally:
         engine.close()
-    return [labelled_record(problems[i // r.n].id, golds[i], prompt_ids[i], response_ids[i], batch.response_text[i],
-                            grades[i].extracted, grades[i].correct, lab, model=str(path))
-            for i, lab in zip(keep, labels)]
 
 
 def train_prm(records: list[dict], model: str, out: str | Path, *, dist: DistInfo, epochs: int = 2, lr: float = 1e-5,

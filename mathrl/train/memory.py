@@ -244,11 +244,12 @@ def fit_micro_batches(cfg, dist, models, prompt_len: int, resumed: int | None = 
 
     import torch
 
-
     t, r = cfg.train, cfg.rollout
     dev = device()
     trained = [models.policy.module] + ([models.critic.module] if models.critic is not None else [])
     trainable = sum(parameter_count(p) for m in trained for p in m.parameters() if p.requires_grad)
+    if models.prm is not None and cfg.algo.prm_update_every:  # iterative RL trains the (now frozen) PRM every N steps
+        trainable += sum(parameter_count(p) for p in getattr(models.prm, "module", models.prm).parameters())
     first = next(models.policy.module.parameters())
     elem = first.element_size()  # 4 in float32, 2 in bfloat16
     if dev.type == "cuda":
@@ -260,7 +261,7 @@ def fit_micro_batches(cfg, dist, models, prompt_len: int, resumed: int | None = 
         avail //= local
         if local > 1:
             what += f" / {local} ranks on this machine"
-    later = 3 * 4 * trainable  # gradients and Adam's two moments (float32), if not yet allocated (PPO: critic too)
+    later = 3 * 4 * trainable  # gradients and Adam's two moments (float32), if not yet allocated (critic, PRM too)
     budget = max(0.0, HEADROOM * (avail - later))
     gs = group_share(cfg)
     rows = gs if gs > 1 else 1

@@ -36,11 +36,27 @@ def decoded_prefix_lengths(tokenizer, ids: Sequence[int]) -> list[int]:
     return [len(tokenizer.decode(list(ids[: t + 1]), skip_special_tokens=True)) for t in range(len(ids))]
 
 
+class _PrefixLengths(Sequence[int]):
+    """:func:`decoded_prefix_lengths` decoded lazily: a prefix is decoded when its index is read (once)."""
+
+    def __init__(self, tokenizer, ids: Sequence[int]) -> None:
+        self.tokenizer, self.ids, self.known = tokenizer, list(ids), {}
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, t):  # an int index (step_end_tokens reads no slices)
+        if t not in self.known:
+            self.known[t] = len(self.tokenizer.decode(self.ids[: t + 1], skip_special_tokens=True))
+        return self.known[t]
+
+
 def response_steps(tokenizer, ids: Sequence[int]) -> tuple[str, list[tuple[int, int]], list[int]]:
-    """The decoded text of a response, its step spans and the token at which each step ends."""
+    """The decoded text of a response, its step spans and the token at which each step ends (the first token
+    whose decoded prefix covers the step's text; O(steps x log tokens) prefix decodes)."""
     text = tokenizer.decode(list(ids), skip_special_tokens=True)
     spans = segment_steps(text)
-    return text, spans, step_end_tokens(decoded_prefix_lengths(tokenizer, ids), spans)
+    return text, spans, step_end_tokens(_PrefixLengths(tokenizer, ids), spans)
 
 
 def step_logits(prm, mb: MicroBatch, ends: Tensor) -> Tensor:

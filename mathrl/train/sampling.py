@@ -186,16 +186,23 @@ def make_request(cfg: Config, dist: DistInfo, tokenizer, problems: list, step: i
     """Step 1: the problems of step ``step`` (0-based; this rank's share of the stream, or ``indices``),
     their prompts (chat template) and the sampling parameters (the step's seed, or ``seed``)."""
 
-    t, r = cfg.train, cfg.rollout
+    t = cfg.train
     per_rank = t.batch_size // dist.world_size
     if indices is None:
         idx = step_indices(len(problems), step, t.batch_size, t.seed, cfg.data.shuffle)
         indices = idx[dist.rank * per_rank:(dist.rank + 1) * per_rank]
     batch_problems = [problems[i] for i in indices]
     prompts = [render_prompt(p, tokenizer, cfg.data.template) for p in batch_problems]
-    sampling = SamplingConfig(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_tokens=r.max_tokens,
-                              stop=stop_strings(cfg), seed=sampling_seed(cfg, step, dist.rank) if seed is None else seed)
+    sampling = rollout_sampling(cfg, sampling_seed(cfg, step, dist.rank) if seed is None else seed)
     return Request(step=step, problems=batch_problems, indices=list(indices), prompts=prompts, sampling=sampling)
+
+
+def rollout_sampling(cfg: Config, seed: int | None) -> SamplingConfig:
+    """The run's sampling parameters (``rollout.*`` and :func:`stop_strings`) with ``seed``: what a training
+    step samples with, and what every other sampler of the run (a PRM's step-label completions) must use."""
+    r = cfg.rollout
+    return SamplingConfig(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_tokens=r.max_tokens,
+                          stop=stop_strings(cfg), seed=seed)
 
 
 def grade_stream(cfg: Config, req: Request):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from mathrl.prm.labels import label_steps
@@ -18,10 +20,10 @@ def engine(embedded_model_path):
     eng.close()
 
 
-def _verifier(texts, golds):
+def _verifier(texts, golds, truncated):
     from mathrl.reward import grade_batch
 
-    return [g.correct for g in grade_batch(texts, golds, workers=1)]
+    return [g.correct for g in grade_batch(texts, golds, workers=1, truncated=truncated)]
 
 
 def test_steps_sit_on_the_responses_own_tokens(engine):
@@ -35,6 +37,36 @@ def test_steps_sit_on_the_responses_own_tokens(engine):
     for (_, b), e in zip(spans, ends):  # each step ends at the first token whose prefix covers it
         assert lengths[e] >= b and (e == 0 or lengths[e - 1] < b)
     assert ends[-1] == len(ids) - 1
+
+
+def test_step_ends_by_bisection_match_the_linear_scan(tokenizer):
+    """response_steps reads O(log T) prefixes per step; on SmolLM2's tokenizer its ends equal the linear scan
+    over every decoded prefix, for realistic responses with multi-byte characters and for random token ids
+    (split UTF-8 sequences, special tokens), whose prefix lengths never decrease (the bisection's premise)."""
+    import random
+
+    texts = ["So 3 × 4 = 12.\nÉtape: 12 − 5 = 7 ✓\n\n\\boxed{7}", "a\nb\n\n\nc", "\n\nx = 😀 + 1\n",
+             "First, 17 + 25 = 42.\nThen 42 * 2 = 84.\nSo the answer is \\boxed{84}."]
+    cases = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    rng = random.Random(0)
+    newline = tokenizer("\n", add_special_tokens=False)["input_ids"]
+    for _ in range(40):
+        ids = [rng.randrange(len(tokenizer)) for _ in range(rng.randrange(1, 60))]
+        for _ in range(3):
+            ids.insert(rng.randrange(len(ids) + 1), newline[0])
+        cases.append(ids)
+    for ids in cases:
+        lengths = decoded_prefix_lengths(tokenizer, ids)
+        assert all(a <= b for a, b in zip(lengths, lengths[1:])), ids
+        text, spans, ends = response_steps(tokenizer, ids)
+        linear = []
+        for _, c in spans:
+            t = linear[-1] if linear else 0
+            while t < len(ids) - 1 and lengths[t] < c:
+                t += 1
+            linear.append(t)
+        assert ends == linear, ids
+        assert len(ends) == len(spans) >= 1
 
 
 @pytest.mark.slow
@@ -58,3 +90,39 @@ def test_labels_from_completions_of_each_prefix(engine):
     for s in out:
         assert all(h >= x and x * 4 == int(x * 4) for h, x in zip(s.hard, s.soft))
     assert out[0].soft[1] > out[1].soft[1]  # "42 * 2 = 84." leads to 84; "32 * 2 = 64." does not
+
+
+@pytest.mark.slow
+def test_label_problems_samples_and_completes_with_the_runs_stops(monkeypatch, embedded_model_path):
+    """``mathrl prm label``'s sampler (label_problems) samples the responses and the step completions as a
+    training step does: with the prompt template's stop strings (few-shot plain: a new "Question:" ends a
+    response), so no sampled text runs on into a question the model invents. The engine is the real hf one;
+    the test only records what it is asked and returns."""
+    from mathrl.config import load_config
+    from mathrl.data.splits import load_training_problems
+    from mathrl.prm import pipeline
+    from mathrl.rollout.factory import make_engine
+
+    seen = []
+
+    def recording(*args, **kwargs):
+        eng = make_engine(*args, **kwargs)
+        real = eng.generate
+
+        def generate(prompts, n, sampling, **kw):
+            out = real(prompts, n, sampling, **kw)
+            seen.append((sampling, out.response_text))
+            return out
+
+        eng.generate = generate
+        return eng
+
+    monkeypatch.setattr(pipeline, "make_engine", recording)
+    cfg = load_config(str(Path(__file__).resolve().parents[2] / "configs" / "demo.yaml"), [
+        f"model.name={embedded_model_path}", "rollout.backend=hf", "rollout.n=2", "rollout.max_tokens=48",
+        "rollout.temperature=1.0", "data.template=fewshot_plain", "data.synthetic_level=3"])
+    records = pipeline.label_problems(cfg, load_training_problems(cfg)[:3], k=2)
+    assert records and len(seen) == 2  # the responses, then every step's completions
+    for sampling, texts in seen:
+        assert "\nQuestion:" in sampling.stop and "\n\nQuestion:" in sampling.stop
+        assert not any("\nQuestion:" in t for t in texts), [t for t in texts if "Question:" in t]

@@ -21,6 +21,7 @@ from _train_tasks import step_rows
 
 from mathrl.procs import without_dist_env
 from mathrl.train import memory
+from mathrl.train.models import Models
 
 TINY = SimpleNamespace(num_hidden_layers=2, hidden_size=8, num_attention_heads=2, num_key_value_heads=1, head_dim=4,
                        intermediate_size=16, vocab_size=10)
@@ -131,7 +132,7 @@ def test_fit_reserves_the_full_parameter_count_and_reads_the_attention(monkeypat
             p.ds_numel = p.numel()
             p.data = torch.empty(0)
     policy.config = _tiny_attention(impl)
-    models = SimpleNamespace(policy=SimpleNamespace(module=policy), critic=None)
+    models = Models(policy=SimpleNamespace(module=policy))
     free = 64 * 2**30
     monkeypatch.setattr(memory, "available_bytes", lambda: (free, "test"))
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
@@ -145,6 +146,32 @@ def test_fit_reserves_the_full_parameter_count_and_reads_the_attention(monkeypat
     memory.fit_micro_batches(cfg, DistInfo(0, 1, 0), models, prompt_len=3)
     assert seen["budget"] == pytest.approx(0.7 * (free - 12 * 1_001_000))
     assert seen["scores"] is (impl == "eager")
+
+
+@pytest.mark.parametrize("every, counted", [(0, 0), (10, 1_001_000 + 1_000_000 + 1_001)])
+def test_a_prm_retrained_by_iterative_rl_is_counted(monkeypatch, every, counted):
+    """GRPO+PS holds a frozen PRM (in memory already, no optimizer); iterative RL (algo.prm_update_every > 0)
+    trains it every N steps, so its gradients and Adam moments (12 bytes per parameter) are reserved like the
+    policy's, although it is frozen when the fit runs."""
+    import torch
+
+    from mathrl.config import load_config
+    from mathrl.dist.collectives import DistInfo
+
+    cfg = load_config(overrides=["rollout.n=2", "rollout.max_tokens=2", "train.batch_size=4",
+                                 "algo.advantage=grpo_ps", "model.prm=/prm", f"algo.prm_update_every={every}"])
+    policy = torch.nn.Linear(1000, 1000)
+    policy.config = TINY
+    prm = torch.nn.Sequential(torch.nn.Linear(1000, 1000), torch.nn.Linear(1000, 1000, bias=False),
+                              torch.nn.Linear(1000, 1)).requires_grad_(False)
+    free = 64 * 2**30
+    monkeypatch.setattr(memory, "available_bytes", lambda: (free, "test"))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    seen = {}
+    monkeypatch.setattr(memory, "tokens_that_fit", lambda config, budget, **k: seen.update(budget=budget) or 10**6)
+    memory.fit_micro_batches(cfg, DistInfo(0, 1, 0), Models(policy=SimpleNamespace(module=policy), prm=prm),
+                             prompt_len=3)
+    assert seen["budget"] == pytest.approx(0.7 * (free - 12 * (1_001_000 + counted)), abs=1.0)
 
 
 def test_tokens_that_fit_inverts_the_estimate():
@@ -184,7 +211,7 @@ def _fit(monkeypatch, configured, fit, resumed=None):
                                  f"train.micro_batch_tokens={configured}"])
     policy = torch.nn.Linear(2, 2)
     policy.config = TINY
-    models = SimpleNamespace(policy=SimpleNamespace(module=policy), critic=None)
+    models = Models(policy=SimpleNamespace(module=policy))
     monkeypatch.setattr(memory, "tokens_that_fit", lambda *a, **k: fit)
     monkeypatch.setattr(memory, "available_bytes", lambda: (64 * 2**30, "test"))
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
