@@ -10,8 +10,8 @@ sampled response end on its tokens, and the process reward model's score of each
 
 Credit: the PRM scores a step at the token where its text ends, and the last step's reward is credited through
 the response's last token (the EOS token, which decodes to no text, and any trailing token carry the last step's
-reward, so every token of the response has an advantage). A response whose text is empty (EOS only) is one step
-ending at its last token.
+reward, so every token of the response has an advantage). A response whose text has no step (EOS only) is one
+step ending at its last token, in the RL step and in the PRM's training labels alike.
 """
 
 from __future__ import annotations
@@ -53,9 +53,13 @@ class _PrefixLengths(Sequence[int]):
 
 def response_steps(tokenizer, ids: Sequence[int]) -> tuple[str, list[tuple[int, int]], list[int]]:
     """The decoded text of a response, its step spans and the token at which each step ends (the first token
-    whose decoded prefix covers the step's text; O(steps x log tokens) prefix decodes)."""
+    whose decoded prefix covers the step's text; O(steps x log tokens) prefix decodes). A response with tokens but
+    no step in its text (EOS only, or only whitespace) is one step, the whole text, ending at its last token; a
+    response without tokens has none. The RL step and the PRM's labels both segment by this function."""
     text = tokenizer.decode(list(ids), skip_special_tokens=True)
     spans = segment_steps(text)
+    if ids and not spans:
+        return text, [(0, len(text))], [len(ids) - 1]
     return text, spans, step_end_tokens(_PrefixLengths(tokenizer, ids), spans)
 
 
@@ -90,14 +94,12 @@ def prm_scores(prm, tokens: ForwardBatch, ends: Tensor, step_mask: Tensor, *, to
 def batch_steps(tokenizer, response_ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, list[int]]:
     """The steps of each response of a batch (``response_ids``, ``mask``: ``[N, T]``, right-padded): ``ends``
     ``[N, S]`` (the token at which each step's text ends, where the PRM reads it), ``step_mask`` ``[N, S]`` and
-    each response's token count. A response with no step (its text empty) gets one step at its last token;
-    a response without tokens gets none."""
+    each response's token count (the steps of :func:`response_steps`)."""
     lengths = mask.sum(1).tolist()
     per: list[list[int]] = []
     for i, n in enumerate(lengths):
         ids = response_ids[i, :n].tolist()
-        ends = response_steps(tokenizer, ids)[2] if n else []
-        per.append(ends or ([n - 1] if n else []))
+        per.append(response_steps(tokenizer, ids)[2])
     S = max(1, max(map(len, per)))
     ends_t = torch.zeros(len(per), S, dtype=torch.long)
     step_mask = torch.zeros(len(per), S, dtype=torch.bool)

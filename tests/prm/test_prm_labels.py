@@ -69,6 +69,27 @@ def test_step_ends_by_bisection_match_the_linear_scan(tokenizer):
         assert len(ends) == len(spans) >= 1
 
 
+def test_a_response_without_text_is_one_step_for_the_labels_as_for_the_rl_step(tokenizer):
+    """EOS only: the RL step scores it as one step at its last token, so the PRM's labels hold that step too,
+    labelled by the response's own verdict (no completion is needed: the engine is not called). Before, the labels
+    had no step for it and the PRM never saw the case it is read on."""
+    import torch
+
+    from mathrl.prm.labels import label_steps
+    from mathrl.train.process import batch_steps
+
+    eos = tokenizer.eos_token_id
+    assert response_steps(tokenizer, [eos]) == ("", [(0, 0)], [0])
+    assert response_steps(tokenizer, [eos, eos]) == ("", [(0, 0)], [1])
+    assert response_steps(tokenizer, []) == ("", [], [])
+    out = label_steps(None, tokenizer, [[1, 2], [1, 2]], [[eos], [eos, eos]], ["3", "3"], [False, True], k=2,
+                      sampling=SamplingConfig(), grade=None)
+    assert [(s.ends, s.hard, s.soft) for s in out] == [([0], [0.0], [0.0]), ([1], [1.0], [1.0])]
+    ends, step_mask, lengths = batch_steps(tokenizer, torch.tensor([[eos, eos], [eos, 0]]),
+                                           torch.tensor([[1, 1], [1, 0]]))
+    assert ends[:, 0].tolist() == [1, 0] and step_mask.tolist() == [[True], [True]] and lengths == [2, 1]
+
+
 @pytest.mark.slow
 def test_labels_from_completions_of_each_prefix(engine):
     """SmolLM2 completes the prefixes of a right and of a wrong solution (K = 4 each) and the verifier grades
