@@ -104,9 +104,19 @@ def test_labels_from_completions_of_each_prefix(engine):
     right = "17 + 25 = 42.\n42 * 2 = 84.\nThe answer is \\boxed{84}."
     wrong = "17 + 25 = 32.\n32 * 2 = 64.\nThe answer is \\boxed{64}."
     rids = [tok(t, add_special_tokens=False)["input_ids"] for t in (right, wrong)]
+    graded = []
+
+    def verifier(texts, golds, truncated):
+        graded.extend(texts)
+        return _verifier(texts, golds, truncated)
+
     out = label_steps(engine, tok, [prompt, prompt], rids, ["84", "84"], [True, False], k=4,
-                      sampling=SamplingConfig(temperature=0.7, top_p=1.0, max_tokens=48, seed=0), grade=_verifier)
+                      sampling=SamplingConfig(temperature=0.7, top_p=1.0, max_tokens=48, seed=0), grade=verifier)
     assert [len(s.ends) for s in out] == [3, 3]
+    # each completion is graded after its prefix: K texts per earlier step, in order, each starting with the step
+    prefixes = [p for t in (right, wrong) for p in ("".join(t.splitlines(True)[:1]), "".join(t.splitlines(True)[:2]))]
+    assert len(graded) == 4 * len(prefixes)
+    assert all(graded[q * 4 + c].startswith(prefixes[q]) for q in range(len(prefixes)) for c in range(4))
     assert out[0].hard[-1] == out[0].soft[-1] == 1.0 and out[1].hard[-1] == out[1].soft[-1] == 0.0
     for s in out:
         assert all(h >= x and x * 4 == int(x * 4) for h, x in zip(s.hard, s.soft))
