@@ -39,11 +39,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mathrl.ablate.methods import Task, run_method
-from mathrl.ablate.study import DONE, PRM_FOLDER, TRAINED, RunSpec, Study, base_config, load_study, run_config
+from mathrl.ablate.study import DONE, HELDOUT_EVAL, HELDOUT_LABELS, PRM_FOLDER, TRAINED, RunSpec, Study, base_config, load_study, run_config
 from mathrl.config import Config
-from mathrl.data.splits import load_training_problems
+from mathrl.data.splits import heldout_problems, load_training_problems
 from mathrl.dist.collectives import init_distributed
 from mathrl.eval.evaluate import powers_up_to
+from mathrl.prm.evaluation import evaluate_prm
 from mathrl.prm.pipeline import label_problems, train_prm
 from mathrl.procs import without_dist_env
 
@@ -243,7 +244,10 @@ def ensure_initial_prm(study: Study, task: Task, *, log: Log = _log) -> None:
     """With ``study.prm`` and a run that reads ``<out>/prm_initial`` (see :func:`~mathrl.ablate.study.run_config`):
     train that PRM once, on rank 0, unless it exists (:func:`mathrl.prm.pipeline.label_problems` on the first
     ``study.prm.problems`` training problems with the base config's policy and sampler, then
-    :func:`~mathrl.prm.pipeline.train_prm`); the labelled records stay in ``labels.jsonl`` beside it."""
+    :func:`~mathrl.prm.pipeline.train_prm`); the labelled records stay in ``labels.jsonl`` beside it. With
+    ``study.prm.heldout = N`` the first N held-out problems are labelled the same way (``heldout_labels.jsonl``)
+    and the PRM is measured on them (:func:`mathrl.prm.evaluation.evaluate`: step AUC, best-of-N against majority
+    voting with intervals and the per-problem picks, ``heldout_eval.json``)."""
     folder = study.out / PRM_FOLDER
     wanted = study.prm and any(run_config(study, r).model.prm == str(folder) for r in study.runs)
     if not wanted or (folder / "backbone.safetensors").is_file():
@@ -262,9 +266,20 @@ def ensure_initial_prm(study: Study, task: Task, *, log: Log = _log) -> None:
         budget = cfg.train.micro_batch_tokens if isinstance(cfg.train.micro_batch_tokens, int) else 8192
         stats = train_prm(records, cfg.model.name, tmp, dist=init_distributed(), epochs=opts["epochs"], lr=opts["lr"],
                           batch=opts["batch"], token_budget=budget, seed=cfg.train.seed)
-        tmp.rename(folder)  # complete: a stopped stage is redone, never half-used
         log(f"[ablate] initial PRM: {len(records)} responses, {sum(len(r['ends']) for r in records)} steps, "
-            f"last loss {stats['prm/loss']:.4f} -> {folder}")
+            f"last loss {stats['prm/loss']:.4f}")
+        if opts["heldout"]:
+            held = task.eval_problems if task.eval_problems is not None else heldout_problems(cfg)[1]
+            held_records = label_problems(cfg, held[: opts["heldout"]], k=opts["k"])
+            (tmp / HELDOUT_LABELS).write_text("".join(json.dumps(r) + "\n" for r in held_records), encoding="utf-8")
+            result = evaluate_prm(tmp, held_records, token_budget=budget)
+            _write_json(tmp / HELDOUT_EVAL, result)
+            d = result["best_minus_majority"]
+            log(f"[ablate] initial PRM on {result['problems']:.0f} held-out problems: step AUC "
+                f"{result['step_auc']:.3f}, best-of-{cfg.rollout.n} {100 * result['best_of_n']:.1f}% vs majority "
+                f"{100 * result['majority']:.1f}% ({100 * d['diff']:+.1f} [{100 * d['lo']:+.1f}, {100 * d['hi']:+.1f}])")
+        tmp.rename(folder)  # complete: a stopped stage is redone, never half-used
+        log(f"[ablate] initial PRM -> {folder}")
     _barrier()
 
 

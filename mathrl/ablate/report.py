@@ -20,7 +20,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-__all__ = ["collect", "markdown_table", "write_study_report", "plot_accuracy_curves", "plot_maj_pass", "plot_series"]
+from mathrl.ablate.study import HELDOUT_EVAL, PRM_FOLDER
+
+__all__ = ["collect", "markdown_table", "prm_section", "write_study_report", "plot_accuracy_curves", "plot_maj_pass", "plot_series"]
 
 
 def _pct(x) -> str:
@@ -60,8 +62,29 @@ def collect(study) -> dict:
         rss = [m["sys/rss_mb"] for m in steps if "sys/rss_mb" in m]
         rec["rss_gb_max"] = max(rss) / 1024 if rss else None
         runs.append(rec)
-    return {"study": study.name, "file": str(study.path), "out": str(study.out), "description": study.description,
+    data = {"study": study.name, "file": str(study.path), "out": str(study.out), "description": study.description,
             "generated": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "runs": runs, "pending": pending}
+    prm_eval = study.out / PRM_FOLDER / HELDOUT_EVAL
+    if prm_eval.is_file():  # study.prm.heldout: the initial PRM measured on held-out problems
+        data["prm_heldout"] = {k: v for k, v in json.loads(prm_eval.read_text()).items() if k != "per_problem"}
+    return data
+
+
+def prm_section(data: dict) -> list[str]:
+    """The initial PRM's held-out figures (``study.prm.heldout``), or nothing."""
+    e = data.get("prm_heldout")
+    if not e:
+        return []
+    d = e["best_minus_majority"]
+    ci = "[{}, {}]".format(*(_pct(x) for x in e["best_of_n_ci"]))
+    cm = "[{}, {}]".format(*(_pct(x) for x in e["majority_ci"]))
+    return ["", f"## The initial PRM on {e['problems']:.0f} held-out problems ({PRM_FOLDER}/{HELDOUT_EVAL})", "",
+            "| step accuracy | step AUC | steps | best-of-N by the weakest step | majority vote | random response | "
+            "best-of-N - majority (95% paired bootstrap) | smallest detectable (80% power) |",
+            "|---|---|---|---|---|---|---|---|",
+            f"| {_pct(e['step_accuracy'])} | {e['step_auc']:.3f} | {e['steps']:.0f} | {_pct(e['best_of_n'])} {ci} | "
+            f"{_pct(e['majority'])} {cm} | {_pct(e['random'])} | {100 * d['diff']:+.1f} [{100 * d['lo']:+.1f}, "
+            f"{100 * d['hi']:+.1f}] | {100 * d['mde']:.1f} |"]
 
 
 def _headline(values: dict) -> tuple[str, float | None]:
@@ -298,6 +321,7 @@ def write_study_report(study, *, log: Callable[[str], None] = print) -> dict:
         md += [data["description"].strip(), ""]
     md += [table, ""] + [f"- {n}" for n in _notes(data)]
     md += _comparisons(study, data, log)
+    md += prm_section(data)
     md += ["", "![accuracy over training](accuracy_curve.png)", "", "![Maj@K and Pass@K](maj_pass_at_k.png)", ""]
     (out / "report.md").write_text("\n".join(md))
     (out / "report.json").write_text(json.dumps(data, indent=2, default=str) + "\n")

@@ -51,7 +51,7 @@ from mathrl.config import Config, ConfigError, set_value, validate
 from mathrl.config.loader import flatten_yaml
 from mathrl.registry import ABLATION_METHODS, ESTIMATORS
 
-__all__ = ["BEFORE", "DONE", "MIN_PASS1_SAMPLES", "PRM_DEFAULTS", "PRM_FOLDER", "TRAINED", "VARIANTS", "RunSpec", "Study",
+__all__ = ["BEFORE", "DONE", "HELDOUT_EVAL", "HELDOUT_LABELS", "MIN_PASS1_SAMPLES", "PRM_DEFAULTS", "PRM_FOLDER", "TRAINED", "VARIANTS", "RunSpec", "Study",
            "dump_study", "load_study", "run_config"]
 
 # the files that mark a run of a study as done (written last) and as trained (evaluation pending)
@@ -78,12 +78,16 @@ STUDY_KEYS = {"name", "out", "base", "curve_every", "launcher", "rft", "descript
               "primary_metric", "contrasts", "prm"}
 RUN_KEYS = {"name", "method", "variant", "overrides", "sweep", "rft", "group", "seeds"}
 RFT_KEYS = {"dedup", "max_per_problem"}
-PRM_DEFAULTS: dict[str, Any] = {"problems": 64, "k": 4, "epochs": 2, "lr": 1e-5, "batch": 16}
+PRM_DEFAULTS: dict[str, Any] = {"problems": 64, "k": 4, "epochs": 2, "lr": 1e-5, "batch": 16, "heldout": 0}
 """``study.prm``: the initial PRM the study trains for its process-supervised rows (grpo_ps) that give no
 ``model.prm``: the initial policy's samples (``rollout.n`` each) of the first ``problems`` training problems,
-every step labelled from ``k`` completions, then ``epochs`` passes at ``lr``, ``batch`` responses per step."""
+every step labelled from ``k`` completions, then ``epochs`` passes at ``lr``, ``batch`` responses per step; with
+``heldout`` = N > 0 it is then measured on the first N held-out problems, labelled the same way."""
 PRM_FOLDER = "prm_initial"
 """Where in the study's folder that PRM (and its ``labels.jsonl``) is kept."""
+HELDOUT_LABELS = "heldout_labels.jsonl"
+HELDOUT_EVAL = "heldout_eval.json"
+"""In the PRM's folder: the labelled held-out responses and the PRM's figures on them (``study.prm.heldout``)."""
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")
 _METRIC_RE = re.compile(r"^(greedy|pass@[1-9][0-9]*|maj@[1-9][0-9]*)$")
 BEFORE = "before"
@@ -197,9 +201,10 @@ def _check_prm(opts: Any, where: str) -> dict[str, Any]:
         raise ConfigError(f"{where}: study.prm must be a mapping with keys among {', '.join(PRM_DEFAULTS)}; got "
                           f"{opts!r:.80}")
     out = {**PRM_DEFAULTS, **opts}
-    for key in ("problems", "k", "epochs", "batch"):
-        if isinstance(out[key], bool) or not isinstance(out[key], int) or out[key] < 1:
-            raise ConfigError(f"{where}: study.prm.{key} = {out[key]!r}; allowed: an integer >= 1")
+    for key in ("problems", "k", "epochs", "batch", "heldout"):
+        low = 0 if key == "heldout" else 1
+        if isinstance(out[key], bool) or not isinstance(out[key], int) or out[key] < low:
+            raise ConfigError(f"{where}: study.prm.{key} = {out[key]!r}; allowed: an integer >= {low}")
     if isinstance(out["lr"], bool) or not isinstance(out["lr"], (int, float)) or not out["lr"] > 0:
         raise ConfigError(f"{where}: study.prm.lr = {out['lr']!r}; allowed: a number > 0")
     return out

@@ -3,14 +3,15 @@
     mathrl prm label CONFIG [key=value ...] --out labels.jsonl [--k 4] [--split train|heldout] [--problems N]
     mathrl prm train --labels labels.jsonl --out prm/ [--model M] [--epochs 2] [--lr 1e-5] [--batch 16]
                      [--target soft|hard] [--token-budget 8192] [--seed 0]
-    mathrl prm eval --prm prm/ --labels heldout.jsonl
+    mathrl prm eval --prm prm/ --labels heldout.jsonl [--out eval.json]
 
 ``label`` samples ``rollout.n`` responses per problem with the config's policy and rollout engine, grades them
 with the verifier and labels every step with :func:`mathrl.prm.labels.label_steps` (``--k`` completions per
 step); one JSON line per response. ``train`` fits the scalar head and the decoder of ``--model`` (default: the
 model the labels were sampled from) to the labels with :func:`mathrl.prm.model.prm_train_step`. ``eval`` reports
 the step accuracy and AUC against the hard labels and best-of-N: per problem, the response whose weakest step
-scores highest (Math-Shepherd's min), against majority voting and a random response (mean accuracy).
+scores highest (Math-Shepherd's min), against majority voting and a random response (mean accuracy), with
+intervals and the per-problem picks (:mod:`mathrl.prm.evaluation`).
 """
 
 from __future__ import annotations
@@ -20,17 +21,13 @@ import json
 import sys
 from pathlib import Path
 
-from mathrl.algo.process import roc_auc
 from mathrl.config import load_config
 from mathrl.data.splits import heldout_problems, load_training_problems
 from mathrl.dist.collectives import init_distributed
 from mathrl.errors import InputError
 from mathrl.jsonl import json_objects
-from mathrl.models import load_tokenizer
-from mathrl.models.value_head import ValueModel
-from mathrl.prm.model import records_to_tensors
+from mathrl.prm.evaluation import evaluate_prm
 from mathrl.prm.pipeline import label_problems, train_prm
-from mathrl.train.process import prm_scores
 
 __all__ = ["main", "read_records"]
 
@@ -85,45 +82,15 @@ def cmd_train(args) -> int:
     return 0
 
 
-def evaluate(records: list[dict], probs: list[list[float]]) -> dict[str, float]:
-    """Step accuracy and AUC against the hard labels; best-of-N by the weakest step against majority voting
-    (equal extracted answers vote together; the right ones all count as the gold) and a random response."""
-
-    flat = [(p, h) for rec, ps in zip(records, probs) for p, h in zip(ps, rec["hard"])]
-    out = {"steps": float(len(flat)), "step_accuracy": sum((p > 0.5) == (h > 0.5) for p, h in flat) / len(flat),
-           "step_auc": roc_auc([p for p, _ in flat], [h > 0.5 for _, h in flat])}
-    by_problem: dict[str, list[int]] = {}
-    for i, rec in enumerate(records):
-        by_problem.setdefault(rec["problem_id"], []).append(i)
-    best, vote, mean = [], [], []
-    for rows in by_problem.values():
-        pick = max(rows, key=lambda i: min(probs[i]) if probs[i] else 0.0)
-        best.append(float(records[pick]["correct"]))
-        mean.append(sum(records[i]["correct"] for i in rows) / len(rows))
-        answers: dict[str, list[int]] = {}
-        for i in rows:
-            key = "<gold>" if records[i]["correct"] else (records[i].get("answer") or "").strip()
-            if key:
-                answers.setdefault(key, []).append(i)
-        vote.append(float(bool(answers) and max(answers.items(), key=lambda kv: len(kv[1]))[0] == "<gold>"))
-    out.update({"problems": float(len(by_problem)), "best_of_n": sum(best) / len(best),
-                "majority": sum(vote) / len(vote), "random": sum(mean) / len(mean)})
-    return out
-
-
 def cmd_eval(args) -> int:
     if not Path(args.prm, "backbone.safetensors").is_file():
         raise PRMInputError(f"--prm {args.prm}: not a PRM folder written by `mathrl prm train` "
                             "(no backbone.safetensors)")
-    records = read_records(args.labels)
-    prm = ValueModel.from_pretrained(args.prm)
-
-    tok = load_tokenizer(args.prm)
-    tokens, ends, _, smask = records_to_tensors(records, tok.pad_token_id, "hard")
-    p = prm_scores(prm, tokens, ends, smask, token_budget=args.token_budget, device="cpu")
-    probs = [p[i, : len(r["ends"])].tolist() for i, r in enumerate(records)]
-    result = evaluate(records, probs)
-    print(json.dumps(result, indent=1))
+    result = evaluate_prm(args.prm, read_records(args.labels), token_budget=args.token_budget)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    print(json.dumps({k: v for k, v in result.items() if k != "per_problem"}, indent=1))
     return 0
 
 
@@ -151,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--prm", required=True)
     ev.add_argument("--labels", required=True)
     ev.add_argument("--token-budget", type=int, default=8192)
+    ev.add_argument("--out", default=None, help="also write the figures and the per-problem picks here (JSON)")
     return ap
 
 

@@ -90,7 +90,7 @@ def test_shipped_studies_load():
     # every row of DeepSeekMath's sec. 5.2.1; the process-supervised rows train on the study's initial PRM
     ps, ps_iter = run_config(gpu, gpu.run("grpo_ps-lr1e-06")), run_config(gpu, gpu.run("grpo_ps-iterative"))
     assert ps.advantage == ps_iter.advantage == "grpo_ps" and ps.model.prm == ps_iter.model.prm
-    assert ps.model.prm.endswith("prm_initial") and gpu.prm["problems"] == 256
+    assert ps.model.prm.endswith("prm_initial") and gpu.prm["problems"] == 256 and gpu.prm["heldout"] == 128
     assert ps_iter.algo.prm_update_every == ps_iter.algo.ref_update_every == 50
     assert run_config(gpu, gpu.run("grpo-G16")).rollout.n == 16
     higher = run_config(gpu, gpu.run("grpo-mb16-clip_higher"))
@@ -311,5 +311,5 @@ def test_the_cpu_study_has_every_row_and_a_declared_family():
     assert s.primary_metric == "greedy" and {b for a, b in s.contrasts if a == "before"} == {r.group for r in s.runs}
     c = run_config(s, s.run("grpo_ps-iterative-seed0"))
     assert c.data.synthetic_level == 3 and c.data.eval_limit == 500 and c.model.prm.endswith("prm_initial")
-    assert c.algo.prm_update_every == c.algo.ref_update_every == 10
+    assert c.algo.prm_update_every == c.algo.ref_update_every == 10 and s.prm["heldout"] == 64
     assert {run_config(s, r).train.lr for r in s.runs} == {1e-5}  # one learning rate for every method

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from mathrl.prm.cli import PRMInputError, evaluate, read_records
+from mathrl.prm.cli import PRMInputError, read_records
+from mathrl.prm.evaluation import evaluate
 from mathrl.procs import without_dist_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,6 +44,14 @@ def test_best_of_n_majority_and_random_by_hand():
     assert (out["best_of_n"], out["majority"], out["random"]) == (1.0, 0.5, pytest.approx((1 / 3 + 1) / 2))
     assert out["steps"] == 6 and out["step_accuracy"] == pytest.approx(6 / 6)
     assert out["step_auc"] == 1.0
+    # kept per problem, so the summary re-derives; the paired difference over problems: a +1, b 0
+    assert out["per_problem"] == [
+        {"problem_id": "a", "responses": 3, "best_of_n": 1.0, "majority": 0.0, "random": pytest.approx(1 / 3)},
+        {"problem_id": "b", "responses": 1, "best_of_n": 1.0, "majority": 1.0, "random": 1.0}]
+    d = out["best_minus_majority"]
+    assert d["diff"] == 0.5 and d["lo"] == 0.0 and d["hi"] == 1.0
+    assert d["mde"] == pytest.approx(2.8016 * (0.5 ** 0.5) / 2 ** 0.5, rel=1e-4)  # sd of [1, 0] = 0.707
+    assert out["best_of_n_ci"] == [1.0, 1.0] and out["majority_ci"] == [0.0, 1.0]
 
 
 @pytest.mark.slow
@@ -68,10 +77,14 @@ def test_label_train_eval_on_the_real_model(tmp_path, embedded_model_path):
     out = mathrl("train", "--labels", str(tmp_path / "train.jsonl"), "--out", str(tmp_path / "prm"),
                  "--epochs", "2", "--batch", "8")
     assert "epoch 2/2" in out and (tmp_path / "prm" / "backbone.safetensors").is_file()
-    result = json.loads(mathrl("eval", "--prm", str(tmp_path / "prm"), "--labels", str(tmp_path / "held.jsonl")))
+    result = json.loads(mathrl("eval", "--prm", str(tmp_path / "prm"), "--labels", str(tmp_path / "held.jsonl"),
+                               "--out", str(tmp_path / "eval.json")))
     assert result["problems"] == 4 and result["steps"] >= 16
     for key in ("step_accuracy", "best_of_n", "majority", "random"):
         assert 0.0 <= result[key] <= 1.0
+    kept = json.loads((tmp_path / "eval.json").read_text())
+    assert len(kept["per_problem"]) == 4 and sum(p["responses"] for p in kept["per_problem"]) == 16
+    assert kept["best_of_n"] == pytest.approx(sum(p["best_of_n"] for p in kept["per_problem"]) / 4)
 
     # GRPO+PS on that PRM, iterative (DeepSeekMath Algorithm 1): `mathrl train` runs one step and one PRM round on
     # SmolLM2's multi-line responses

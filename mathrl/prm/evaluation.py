@@ -1,0 +1,70 @@
+"""A process reward model measured on labelled held-out responses (``mathrl prm eval`` and the study's initial
+PRM): step accuracy and AUC against the steps' hard labels, and best-of-N reranking per problem -- the response
+whose weakest step scores highest (Math-Shepherd's min) -- against majority voting and a random response.
+
+Every figure comes with what it rests on: per problem, whether the PRM's pick, the majority answer and a random
+response are right (``per_problem``, so the summary re-derives from the kept file), bootstrap intervals over
+problems, and the paired difference best-of-N minus majority with its interval, one-sided bootstrap p-value and
+the smallest difference the problems could detect (80% power, :func:`mathrl.eval.metrics.min_detectable_diff`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mathrl.algo.process import roc_auc
+from mathrl.eval.metrics import bootstrap_ci, min_detectable_diff, paired_bootstrap_diff, sample_sd
+from mathrl.models import load_tokenizer
+from mathrl.models.value_head import ValueModel
+from mathrl.prm.model import records_to_tensors
+from mathrl.train.process import prm_scores
+
+__all__ = ["evaluate", "evaluate_prm", "score_records"]
+
+
+def score_records(prm, tokenizer, records: list[dict], *, token_budget: int = 8192, device="cpu") -> list[list[float]]:
+    """The PRM's probability of each labelled step of each record (read where the step ends)."""
+    tokens, ends, _, smask = records_to_tensors(records, tokenizer.pad_token_id, "hard")
+    p = prm_scores(prm, tokens, ends, smask, token_budget=token_budget, device=device)
+    return [p[i, : len(r["ends"])].tolist() for i, r in enumerate(records)]
+
+
+def evaluate(records: list[dict], probs: list[list[float]], *, resamples: int = 2000, seed: int = 0) -> dict:
+    """The figures of the module docstring from labelled records and the PRM's step probabilities ``probs``
+    (one list per record). Majority voting: equal extracted answers vote together and the right ones all count
+    as the gold; a problem whose responses have no answer counts as wrong. ``random`` is the mean accuracy."""
+    flat = [(p, h) for rec, ps in zip(records, probs) for p, h in zip(ps, rec["hard"])]
+    out: dict = {"steps": float(len(flat)),
+                 "step_accuracy": sum((p > 0.5) == (h > 0.5) for p, h in flat) / len(flat),
+                 "step_auc": roc_auc([p for p, _ in flat], [h > 0.5 for _, h in flat])}
+    by_problem: dict[str, list[int]] = {}
+    for i, rec in enumerate(records):
+        by_problem.setdefault(rec["problem_id"], []).append(i)
+    per = []
+    for pid, rows in by_problem.items():
+        pick = max(rows, key=lambda i: min(probs[i]) if probs[i] else 0.0)
+        answers: dict[str, int] = {}
+        for i in rows:
+            key = "<gold>" if records[i]["correct"] else (records[i].get("answer") or "").strip()
+            if key:
+                answers[key] = answers.get(key, 0) + 1
+        vote = bool(answers) and max(answers.items(), key=lambda kv: kv[1])[0] == "<gold>"
+        per.append({"problem_id": pid, "responses": len(rows), "best_of_n": float(records[pick]["correct"]),
+                    "majority": float(vote), "random": sum(records[i]["correct"] for i in rows) / len(rows)})
+    best, vote_, mean = ([p[key] for p in per] for key in ("best_of_n", "majority", "random"))
+    diff = paired_bootstrap_diff(vote_, best, resamples=resamples, seed=seed)
+    out.update({"problems": float(len(per)), "best_of_n": sum(best) / len(best), "majority": sum(vote_) / len(vote_),
+                "random": sum(mean) / len(mean),
+                "best_of_n_ci": list(bootstrap_ci(best, resamples=resamples, seed=seed)),
+                "majority_ci": list(bootstrap_ci(vote_, resamples=resamples, seed=seed)),
+                "best_minus_majority": {**diff, "mde": min_detectable_diff(
+                    sample_sd([b - v for b, v in zip(best, vote_)]), len(per))},
+                "per_problem": per})
+    return out
+
+
+def evaluate_prm(prm_folder: str | Path, records: list[dict], *, token_budget: int = 8192) -> dict:
+    """:func:`evaluate` of the PRM saved in ``prm_folder`` (``mathrl prm train``'s output) on ``records``."""
+    prm = ValueModel.from_pretrained(prm_folder)
+    tok = load_tokenizer(str(prm_folder))
+    return evaluate(records, score_records(prm, tok, records, token_budget=token_budget))
