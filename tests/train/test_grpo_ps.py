@@ -75,3 +75,33 @@ def test_a_prm_with_another_tokenizer_or_no_prm_folder_is_refused(digit_model_di
     with pytest.raises(ConfigError, match="its tokenizer differs from the policy's"):
         run(digit_cfg(digit_model_dir, tmp_path / "run", "train.steps=1", "algo.advantage=grpo_ps",
                       f"model.prm={other}"), problems=digit_problems(8))
+
+
+def test_grpo_ps_on_two_ranks_under_zero3_matches_zero2(digit_model_dir, tmp_path):
+    """Two ranks: at ZeRO-3 the PRM is loaded as a sharded inference engine (as the reference is) and gathered for
+    its forward; the run must read the same step scores and train the same as at ZeRO-2. Step 1 samples from the
+    same initial weights, so its responses, step scores and advantages agree; step 2 within float rounding of the
+    sharded update."""
+    from pathlib import Path
+
+    from _train_tasks import torchrun
+
+    sharp = _prm(digit_model_dir, tmp_path / "prm_sharp", 1.0)
+    logs = {}
+    for stage in (2, 3):
+        out = tmp_path / f"z{stage}"
+        rc, log = torchrun(Path(__file__).parent / "_grpo_ps_ranks.py", (digit_model_dir, sharp, out, stage), 2)
+        assert rc == 0, log[-3000:]
+        logs[stage] = ([json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()],
+                       step_rows(out))
+    (r2, m2), (r3, m3) = logs[2], logs[3]
+    assert len(m2) == len(m3) == 2 and all(r["bad_step"] == 0.0 for r in m2 + m3)
+    one2, one3 = ([r for r in rs if r["step"] == 1] for rs in (r2, r3))
+    assert len(one2) == len(one3) > 0 and [r["response"] for r in one2] == [r["response"] for r in one3]
+    for a, b in zip(one2, one3):
+        assert a["step_ends"] == b["step_ends"]
+        torch.testing.assert_close(torch.tensor(a["step_rewards"]), torch.tensor(b["step_rewards"]), atol=1e-5, rtol=0)
+        assert abs(a["advantage"] - b["advantage"]) < 1e-4
+    for key in ("ps/step_reward_mean", "ps/steps_per_response", "loss/policy"):
+        assert abs(m2[0][key] - m3[0][key]) < 1e-4, key
+    assert len({round(x, 4) for r in one2 for x in r["step_rewards"]}) > 2  # the PRM tells responses apart
