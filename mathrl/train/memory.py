@@ -33,7 +33,8 @@ from mathrl.train.layouts import group_share
 from mathrl.train.preflight import context_length, longest_prompt
 
 __all__ = ["AUTO_TOKENS", "CALIBRATION", "available_bytes", "builds_score_matrix", "fit_micro_batches",
-           "micro_batch_bytes", "parameter_count", "per_token_bytes", "token_cap", "tokens_that_fit"]
+           "micro_batch_bytes", "optimizer_reserve", "parameter_count", "per_token_bytes", "token_cap",
+           "tokens_that_fit"]
 
 #: scale from the counted numbers to the measured peak (``scripts/bench_memory.py`` on SmolLM2, CPU, float32,
 #: sdpa, whose CPU kernel is torch's flash kernel and keeps no score matrix, so the count has no ``2 H S`` term:
@@ -221,6 +222,26 @@ def _size(n: float) -> str:
     return f"{n / 2 ** 10:.1f} KiB"
 
 
+def optimizer_reserve(params: int, *, elem: int, stage: int, world: int, offloaded: bool = False) -> int:
+    """Bytes one rank holds for the training state of ``params`` trainable parameters (full count) stored with
+    ``elem`` bytes each, at ZeRO ``stage`` over ``world`` data-parallel ranks, as DeepSpeed's mixed-precision
+    optimizers keep it:
+
+    * Adam's two moments, float32: ``8 P``, partitioned over the ranks from stage 1;
+    * a float32 master copy of weights that are not float32 (bf16): ``4 P``, partitioned from stage 1;
+    * gradients, accumulated in float32: ``4 P``, partitioned from stage 2.
+
+    So float32 at stage 0 is ``12 P`` and bf16 at stage 3 over 8 ranks ``16 P / 8``. ``offloaded``
+    (``deepspeed.offload`` on a GPU): the moments and the master copy live in CPU memory, only the gradients
+    stay on the device."""
+    if world < 1 or stage not in (0, 1, 2, 3):
+        raise ValueError(f"optimizer_reserve: world={world}, stage={stage}; allowed: world >= 1, stage 0-3")
+    opt_shards = world if stage >= 1 else 1
+    grad_shards = world if stage >= 2 else 1
+    states = 0 if offloaded else (8 * params + (4 * params if elem != 4 else 0)) // opt_shards
+    return states + 4 * params // grad_shards
+
+
 def fit_micro_batches(cfg, dist, models, prompt_len: int, resumed: int | None = None) -> dict[str, float]:
     """Before the first step: decide ``train.micro_batch_tokens``, an int afterwards for every reader.
 
@@ -238,7 +259,8 @@ def fit_micro_batches(cfg, dist, models, prompt_len: int, resumed: int | None = 
     metrics (free memory, the budget, the activation estimate at that budget) for every step's log.
 
     Free memory: the GPU's free memory on CUDA, else :func:`available_bytes` shared by the ranks on this
-    machine (``LOCAL_WORLD_SIZE``), less the gradients and optimizer state still to be allocated."""
+    machine (``LOCAL_WORLD_SIZE``), less this rank's share of the gradients and optimizer state still to be
+    allocated (:func:`optimizer_reserve`; for the policy, the critic and a PRM that iterative RL retrains)."""
     import os
     import sys
 
@@ -248,10 +270,14 @@ def fit_micro_batches(cfg, dist, models, prompt_len: int, resumed: int | None = 
     dev = device()
     trained = [models.policy.module] + ([models.critic.module] if models.critic is not None else [])
     trainable = sum(parameter_count(p) for m in trained for p in m.parameters() if p.requires_grad)
-    if models.prm is not None and cfg.algo.prm_update_every:  # iterative RL trains the (now frozen) PRM every N steps
-        trainable += sum(parameter_count(p) for p in getattr(models.prm, "module", models.prm).parameters())
     first = next(models.policy.module.parameters())
     elem = first.element_size()  # 4 in float32, 2 in bfloat16
+    offloaded = dev.type == "cuda" and cfg.deepspeed.offload != "none"
+    later = optimizer_reserve(trainable, elem=elem, stage=cfg.deepspeed.zero_stage, world=dist.world_size,
+                              offloaded=offloaded)
+    if models.prm is not None and cfg.algo.prm_update_every:  # iterative RL trains the (now frozen) PRM every N steps,
+        prm_params = sum(parameter_count(p) for p in getattr(models.prm, "module", models.prm).parameters())
+        later += optimizer_reserve(prm_params, elem=elem, stage=0, world=dist.world_size)  # at stage 0 (prm/iterative)
     if dev.type == "cuda":
         free, _total = torch.cuda.mem_get_info(dev)
         avail, what = int(free), "free GPU memory"
@@ -261,7 +287,6 @@ def fit_micro_batches(cfg, dist, models, prompt_len: int, resumed: int | None = 
         avail //= local
         if local > 1:
             what += f" / {local} ranks on this machine"
-    later = 3 * 4 * trainable  # gradients and Adam's two moments (float32), if not yet allocated (critic, PRM too)
     budget = max(0.0, HEADROOM * (avail - later))
     gs = group_share(cfg)
     rows = gs if gs > 1 else 1

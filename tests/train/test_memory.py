@@ -174,6 +174,45 @@ def test_a_prm_retrained_by_iterative_rl_is_counted(monkeypatch, every, counted)
     assert seen["budget"] == pytest.approx(0.7 * (free - 12 * (1_001_000 + counted)), abs=1.0)
 
 
+def test_optimizer_reserve_by_hand():
+    """Per rank: Adam moments 8P and a bf16 model's float32 master 4P split over the ranks from stage 1, float32
+    gradients 4P from stage 2; an offloaded optimizer leaves only the gradients on the device."""
+    P = 1000
+    assert memory.optimizer_reserve(P, elem=4, stage=0, world=8) == 12 * P  # plain data parallel: all of it
+    assert memory.optimizer_reserve(P, elem=4, stage=1, world=8) == 8 * P // 8 + 4 * P
+    assert memory.optimizer_reserve(P, elem=4, stage=2, world=8) == 12 * P // 8
+    assert memory.optimizer_reserve(P, elem=2, stage=3, world=8) == 12 * P // 8 + 4 * P // 8
+    assert memory.optimizer_reserve(P, elem=2, stage=0, world=1) == 16 * P
+    assert memory.optimizer_reserve(P, elem=2, stage=3, world=8, offloaded=True) == 4 * P // 8
+    with pytest.raises(ValueError, match="stage 0-3"):
+        memory.optimizer_reserve(P, elem=4, stage=4, world=1)
+
+
+def test_the_reserve_is_this_ranks_share_at_zero_3(monkeypatch):
+    """A 7B-parameter policy in bf16 at ZeRO-3 over 8 ranks reserves 16 x 7e9 / 8 = 14 GB per rank, not the whole
+    12 x 7e9 = 84 GB that would leave a 80 GB GPU no room at all (every 7B run refused before training)."""
+    import torch
+
+    from mathrl.config import load_config
+    from mathrl.dist.collectives import DistInfo
+
+    cfg = load_config(overrides=["rollout.n=2", "rollout.max_tokens=2", "train.batch_size=8",
+                                 "deepspeed.zero_stage=3"])
+    policy = torch.nn.Linear(2, 2).to(torch.bfloat16)
+    for p in policy.parameters():  # what deepspeed.zero.Init leaves on a rank
+        p.ds_numel = 3_500_000_000  # weight and bias: 7e9 in all
+        p.data = torch.empty(0, dtype=torch.bfloat16)
+    policy.config = TINY
+    free = 60 * 2**30
+    monkeypatch.setattr(memory, "available_bytes", lambda: (free, "test"))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    seen = {}
+    monkeypatch.setattr(memory, "tokens_that_fit", lambda config, budget, **k: seen.update(budget=budget) or 10**6)
+    memory.fit_micro_batches(cfg, DistInfo(0, 8, 0), Models(policy=SimpleNamespace(module=policy)), prompt_len=3)
+    P = sum(p.ds_numel for p in policy.parameters())
+    assert seen["budget"] == pytest.approx(0.7 * (free - 16 * P // 8), abs=1.0) and seen["budget"] > 0
+
+
 def test_tokens_that_fit_inverts_the_estimate():
     per = memory.per_token_bytes(TINY, group_size=2, prompt_len=3, response_len=2)
     assert memory.tokens_that_fit(TINY, 100 * per, group_size=2, prompt_len=3, response_len=2) == 100
