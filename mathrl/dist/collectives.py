@@ -7,15 +7,17 @@ directly; without a process group they act as a world of one.
 
 from __future__ import annotations
 
+import atexit
 import os
 import socket
+import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
 
-__all__ = ["DistInfo", "all_gather_objects", "all_ranks_ok", "all_reduce", "device", "free_port", "global_min",
-           "global_sum", "init_distributed", "sum_over_ranks"]
+__all__ = ["DistInfo", "all_gather_objects", "all_ranks_ok", "all_reduce", "destroy_at_exit", "device", "free_port",
+           "global_min", "global_sum", "init_distributed", "sum_over_ranks"]
 
 
 @dataclass(frozen=True)
@@ -112,8 +114,23 @@ def _quiet_op_build_line(call):
             sys.stdout.flush()
 
 
+def destroy_at_exit() -> None:
+    """Tear the process group down before the interpreter exits (registered by :func:`init_distributed`). Left to
+    the C++ destructors at interpreter exit, a gloo group's threads can be destroyed while still joinable, which
+    aborts the process (``terminate called without an active exception``, exit code -6) after a run that
+    finished: torchrun then reports the job failed (seen in the fresh-clone CI of 1c8f80a, a two-rank test)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except Exception as exc:  # exiting anyway: say so, never mask the run's own exit status
+            print(f"mathrl: warning: tearing down the process group at exit: {exc}", file=sys.stderr, flush=True)
+
+
 def init_distributed(timeout_minutes: float | None = None) -> DistInfo:
-    """Initialise the process group once (gloo on CPU, nccl on GPU).
+    """Initialise the process group once (gloo on CPU, nccl on GPU); it is destroyed at exit
+    (:func:`destroy_at_exit`).
 
     Launched by ``deepspeed``/``torchrun`` the environment already names rank and
     world size; a plain ``mathrl train`` is a world of one on 127.0.0.1.
@@ -135,5 +152,6 @@ def init_distributed(timeout_minutes: float | None = None) -> DistInfo:
 
             kw["timeout"] = datetime.timedelta(minutes=timeout_minutes)
         _quiet_op_build_line(lambda: deepspeed.init_distributed(dist_backend=backend, **kw))
+        atexit.register(destroy_at_exit)
     return DistInfo(rank=dist.get_rank(), world_size=dist.get_world_size(),
                     local_rank=int(os.environ.get("LOCAL_RANK", 0)))
