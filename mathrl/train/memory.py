@@ -222,24 +222,20 @@ def _size(n: float) -> str:
     return f"{n / 2 ** 10:.1f} KiB"
 
 
-def optimizer_reserve(params: int, *, elem: int, stage: int, world: int, offloaded: bool = False) -> int:
-    """Bytes one rank holds for the training state of ``params`` trainable parameters (full count) stored with
-    ``elem`` bytes each, at ZeRO ``stage`` over ``world`` data-parallel ranks, as DeepSpeed's mixed-precision
-    optimizers keep it:
+def optimizer_reserve(params: int, *, stage: int, world: int, offloaded: bool = False) -> int:
+    """Bytes one rank still needs, after the engines are built, for the training state of ``params`` trainable
+    parameters (full count) at ZeRO ``stage`` over ``world`` data-parallel ranks:
 
-    * Adam's two moments, float32: ``8 P``, partitioned over the ranks from stage 1;
-    * a float32 master copy of weights that are not float32 (bf16): ``4 P``, partitioned from stage 1;
+    * Adam's two moments, float32, allocated at the first optimizer step: ``8 P``, partitioned over the ranks
+      from stage 1 (none on a GPU with ``deepspeed.offload``: ``offloaded``, they live in CPU memory);
     * gradients, accumulated in float32: ``4 P``, partitioned from stage 2.
 
-    So float32 at stage 0 is ``12 P`` and bf16 at stage 3 over 8 ranks ``16 P / 8``. ``offloaded``
-    (``deepspeed.offload`` on a GPU): the moments and the master copy live in CPU memory, only the gradients
-    stay on the device."""
+    A bf16 model's float32 master copy is not counted: the engine allocates it when it is built, before the fit
+    measures the free memory. So stage 0 is ``12 P`` per rank and stage 2 or 3 over 8 ranks ``12 P / 8``."""
     if world < 1 or stage not in (0, 1, 2, 3):
         raise ValueError(f"optimizer_reserve: world={world}, stage={stage}; allowed: world >= 1, stage 0-3")
-    opt_shards = world if stage >= 1 else 1
-    grad_shards = world if stage >= 2 else 1
-    states = 0 if offloaded else (8 * params + (4 * params if elem != 4 else 0)) // opt_shards
-    return states + 4 * params // grad_shards
+    moments = 0 if offloaded else 8 * params // (world if stage >= 1 else 1)
+    return moments + 4 * params // (world if stage >= 2 else 1)
 
 
 def fit_micro_batches(cfg, dist, models, prompt_len: int, resumed: int | None = None) -> dict[str, float]:
@@ -273,11 +269,10 @@ def fit_micro_batches(cfg, dist, models, prompt_len: int, resumed: int | None = 
     first = next(models.policy.module.parameters())
     elem = first.element_size()  # 4 in float32, 2 in bfloat16
     offloaded = dev.type == "cuda" and cfg.deepspeed.offload != "none"
-    later = optimizer_reserve(trainable, elem=elem, stage=cfg.deepspeed.zero_stage, world=dist.world_size,
-                              offloaded=offloaded)
+    later = optimizer_reserve(trainable, stage=cfg.deepspeed.zero_stage, world=dist.world_size, offloaded=offloaded)
     if models.prm is not None and cfg.algo.prm_update_every:  # iterative RL trains the (now frozen) PRM every N steps,
         prm_params = sum(parameter_count(p) for p in getattr(models.prm, "module", models.prm).parameters())
-        later += optimizer_reserve(prm_params, elem=elem, stage=0, world=dist.world_size)  # at stage 0 (prm/iterative)
+        later += optimizer_reserve(prm_params, stage=0, world=dist.world_size)  # a stage-0 engine (prm/iterative)
     if dev.type == "cuda":
         free, _total = torch.cuda.mem_get_info(dev)
         avail, what = int(free), "free GPU memory"
