@@ -100,6 +100,32 @@ def run_eval(engine, problems, settings) -> dict:
             "greedy": res.summary["metrics"].get("greedy", {}).get("value")}
 
 
+def run_line(label: str, name: str, r: dict) -> str:
+    """The console line of one timed pass (``r``: a record of ``runs`` in the JSON)."""
+    return (f"  {label:8s} {name:4s} {r['tokens']:7d} tokens  {r['tok_s']:7.1f} tok/s  "
+            f"wall {r['wall_s']:6.1f} s  cores busy {r['cores_busy']:.2f}")
+
+
+def summarize(runs: dict[str, list[dict]]) -> dict:
+    """Mean and best tokens/s and mean cores busy of each side over the counted passes, and eval/raw of the
+    means: the figures of the summary line, recomputable from the kept JSON (scripts/check_results.py)."""
+    out: dict = {}
+    for name, rs in runs.items():
+        out[name] = {"mean_tok_s": sum(r["tok_s"] for r in rs) / len(rs), "best_tok_s": max(r["tok_s"] for r in rs),
+                     "cores_busy": sum(r["cores_busy"] for r in rs) / len(rs)}
+    out["ratio"] = out["eval"]["mean_tok_s"] / out["raw"]["mean_tok_s"]
+    return out
+
+
+def summary_line(result: dict) -> str:
+    """The last console line, from the JSON this script writes (its ``runs`` and ``cores``)."""
+    s = summarize(result["runs"])
+    return (f"bench_eval: raw engine {s['raw']['mean_tok_s']:.1f} tok/s (best {s['raw']['best_tok_s']:.1f}), "
+            f"mathrl eval {s['eval']['mean_tok_s']:.1f} tok/s (best {s['eval']['best_tok_s']:.1f}): eval/raw = "
+            f"{s['ratio']:.2f} (target >= 0.90); cores busy: raw {s['raw']['cores_busy']:.2f}, eval "
+            f"{s['eval']['cores_busy']:.2f} of {result['cores']}")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     from mathrl.config import load_config
@@ -131,24 +157,18 @@ def main(argv=None) -> int:
                 r = fns[name]()
                 r["cores_busy"] = (clock.seconds() - c0) / max(1e-9, time.perf_counter() - w0)
                 r["tok_s"] = r["tokens"] / (r["engine_s"] if name == "raw" else r["wall_s"])
-                label = "warm-up" if rep == 0 else f"run {rep}"
-                print(f"  {label:8s} {name:4s} {r['tokens']:7d} tokens  {r['tok_s']:7.1f} tok/s  "
-                      f"wall {r['wall_s']:6.1f} s  cores busy {r['cores_busy']:.2f}", flush=True)
+                print(run_line("warm-up" if rep == 0 else f"run {rep}", name, r), flush=True)
                 if rep:
                     runs[name].append(r)
     finally:
         engine.close()
         shutdown_pool()
-    best = {k: max(v, key=lambda r: r["tok_s"]) for k, v in runs.items()}
-    mean = {k: sum(r["tok_s"] for r in v) / len(v) for k, v in runs.items()}
-    ratio = mean["eval"] / mean["raw"]
-    print(f"bench_eval: raw engine {mean['raw']:.1f} tok/s (best {best['raw']['tok_s']:.1f}), mathrl eval "
-          f"{mean['eval']:.1f} tok/s (best {best['eval']['tok_s']:.1f}): eval/raw = {ratio:.2f} (target >= 0.90); "
-          f"cores busy: raw {sum(r['cores_busy'] for r in runs['raw']) / len(runs['raw']):.2f}, eval "
-          f"{sum(r['cores_busy'] for r in runs['eval']) / len(runs['eval']):.2f} of {os.cpu_count()}")
+    result = {"args": vars(args), "settings": settings.to_dict(), "runs": runs, "cores": os.cpu_count(),
+              "omp_threads": os.environ.get("OMP_NUM_THREADS"), "startup_s": startup}
+    result["ratio_eval_over_raw"] = summarize(runs)["ratio"]
+    print(summary_line(result))
     if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "settings": settings.to_dict(), "runs": runs,
-                                               "ratio_eval_over_raw": ratio, "startup_s": startup}, indent=1))
+        Path(args.json).write_text(json.dumps(result, indent=1))
     return 0
 
 

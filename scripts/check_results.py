@@ -83,6 +83,9 @@ class Kept:
             self._evals[rel] = (kept, {**kept, "benchmarks": benches, "records": records})
         return self._evals[rel]
 
+    def json(self, rel: str) -> dict:
+        return json.loads(self.text(rel))
+
     def recomputed(self, rel: str) -> dict:
         return self.evaluation(rel)[1]
 
@@ -346,7 +349,34 @@ def _claims() -> list[Claim]:
                    ablation_json))
     for where, pattern, compute in ABLATION_README:
         c.append(Claim("README.md", f"ablation result: {where}", phrase(pattern), compute))
+    # evaluation at the engine's speed: the counted passes and the summary line of scripts/bench_eval.py,
+    # recomputed from its kept JSON by the script's own functions
+    for doc, anchor in (("README.md", "The timed passes and the summary line"), (f"{BENCH}/console.txt", "bench_eval:")):
+        for name in ("raw", "eval"):
+            for i in (1, 2):
+                c.append(Claim(doc, f"bench_eval run {i} {name}", block_line(anchor, f"run {i} {name} "),
+                               lambda k, name=name, i=i: _norm(_bench_eval(k).run_line(
+                                   f"run {i}", name, k.json(BENCH_JSON)["runs"][name][i - 1]))))
+        c.append(Claim(doc, "bench_eval summary line", block_line(anchor, "bench_eval: raw engine"),
+                       lambda k: _norm(_bench_eval(k).summary_line(k.json(BENCH_JSON)))))
     return c
+
+
+BENCH = "docs/results/bench_eval"
+BENCH_JSON = f"{BENCH}/bench_eval.json"
+
+
+def _bench_eval(k: Kept):
+    """scripts/bench_eval.py beside this script (its run_line and summary_line print the figures), loaded
+    once, as the product's own code is imported above."""
+    import importlib.util
+
+    if "bench_eval_checked" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("bench_eval_checked", REPO / "scripts" / "bench_eval.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules["bench_eval_checked"] = module
+    return sys.modules["bench_eval_checked"]
 
 
 ABL, ABL_STUDY = "docs/ablations/wordproblems_cpu", "configs/ablations/wordproblems_cpu.yaml"

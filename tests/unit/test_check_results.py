@@ -86,6 +86,21 @@ def test_one_edited_readme_figure_fails(copy):
     assert len(bad) == 1 and "README.md: GSM8K row greedy" in bad[0], bad
 
 
+def test_an_edited_bench_eval_pass_fails_its_lines_and_the_summary(copy):
+    """The evaluation-speed figures recompute from the kept JSON: one pass's tokens/s changed there (as if
+    the JSON and the printed lines disagreed) fails that pass's line and the summary line, in README and in
+    the kept console, and nothing else."""
+    path = copy / "docs/results/bench_eval/bench_eval.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["runs"]["eval"][1]["tok_s"] = 180.0  # run 2 of mathrl eval
+    path.write_text(json.dumps(data), encoding="utf-8")
+    bad = _failures(copy)
+    assert len(bad) == 4, bad
+    for doc in ("README.md", "docs/results/bench_eval/console.txt"):
+        assert any(f"{doc}: bench_eval run 2 eval" in line for line in bad), bad
+        assert any(f"{doc}: bench_eval summary line" in line for line in bad), bad
+
+
 @pytest.mark.slow
 def test_a_demo_sample_flipped_fails_the_demo_table(copy):
     path = copy / DEMO_B / "heldout" / "samples.jsonl.gz"
