@@ -45,7 +45,8 @@ from mathrl.data.splits import heldout_problems, load_training_problems
 from mathrl.dist.collectives import init_distributed
 from mathrl.eval.evaluate import powers_up_to
 from mathrl.prm.evaluation import evaluate_prm
-from mathrl.prm.pipeline import label_problems, train_prm
+from mathrl.prm.pipeline import label_problem_sets, train_prm
+from mathrl.reward.options import GradeOptions
 from mathrl.procs import without_dist_env
 
 __all__ = ["run_study", "print_commands", "eval_settings", "DONE", "TRAINED"]
@@ -242,11 +243,11 @@ def _free_memory() -> None:
 
 def ensure_initial_prm(study: Study, task: Task, *, log: Log = _log) -> None:
     """With ``study.prm`` and a run that reads ``<out>/prm_initial`` (see :func:`~mathrl.ablate.study.run_config`):
-    train that PRM once, on rank 0, unless it exists (:func:`mathrl.prm.pipeline.label_problems` on the first
+    train that PRM once, on rank 0, unless it exists (:func:`mathrl.prm.pipeline.label_problem_sets` on the first
     ``study.prm.problems`` training problems with the base config's policy and sampler, then
     :func:`~mathrl.prm.pipeline.train_prm`); the labelled records stay in ``labels.jsonl`` beside it. With
-    ``study.prm.heldout = N`` the first N held-out problems are labelled the same way (``heldout_labels.jsonl``)
-    and the PRM is measured on them (:func:`mathrl.prm.evaluation.evaluate`: step AUC, best-of-N against majority
+    ``study.prm.heldout = N`` the first N held-out problems are labelled the same way, on the same engine
+    (``heldout_labels.jsonl``), and the PRM is measured on them (:func:`mathrl.prm.evaluation.evaluate`: step AUC, best-of-N against majority
     voting with intervals and the per-problem picks, ``heldout_eval.json``)."""
     folder = study.out / PRM_FOLDER
     wanted = study.prm and any(run_config(study, r).model.prm == str(folder) for r in study.runs)
@@ -256,9 +257,11 @@ def ensure_initial_prm(study: Study, task: Task, *, log: Log = _log) -> None:
         cfg, opts = base_config(study), study.prm
         problems = (task.train_problems if task.train_problems is not None else load_training_problems(cfg))
         problems = problems[: opts["problems"]]
+        held = task.eval_problems if task.eval_problems is not None or not opts["heldout"] else heldout_problems(cfg)[1]
+        held = (held or [])[: opts["heldout"]]
         log(f"[ablate] initial PRM: labelling {len(problems)} problems x {cfg.rollout.n} samples of {cfg.model.name} "
-            f"(k = {opts['k']} completions per step) -> {folder}")
-        records = label_problems(cfg, problems, k=opts["k"])
+            f"(k = {opts['k']} completions per step; and {len(held)} held-out problems) -> {folder}")
+        records, *held_sets = label_problem_sets(cfg, [problems] + ([held] if held else []), k=opts["k"])
         tmp = folder.with_name(folder.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
@@ -268,11 +271,10 @@ def ensure_initial_prm(study: Study, task: Task, *, log: Log = _log) -> None:
                           batch=opts["batch"], token_budget=budget, seed=cfg.train.seed)
         log(f"[ablate] initial PRM: {len(records)} responses, {sum(len(r['ends']) for r in records)} steps, "
             f"last loss {stats['prm/loss']:.4f}")
-        if opts["heldout"]:
-            held = task.eval_problems if task.eval_problems is not None else heldout_problems(cfg)[1]
-            held_records = label_problems(cfg, held[: opts["heldout"]], k=opts["k"])
+        if held:
+            held_records = held_sets[0]
             (tmp / HELDOUT_LABELS).write_text("".join(json.dumps(r) + "\n" for r in held_records), encoding="utf-8")
-            result = evaluate_prm(tmp, held_records, token_budget=budget)
+            result = evaluate_prm(tmp, held_records, token_budget=budget, options=GradeOptions.from_config(cfg))
             _write_json(tmp / HELDOUT_EVAL, result)
             d = result["best_minus_majority"]
             log(f"[ablate] initial PRM on {result['problems']:.0f} held-out problems: step AUC "

@@ -39,7 +39,8 @@ from mathrl.reward import grade_batch
 from mathrl.reward.api import GradeStream
 
 __all__ = ["EvalSettings", "evaluate_benchmark", "render_prompts", "chunk_sampling", "chunk_bounds", "grade_records",
-           "cluster_answers_batch", "summarize", "regrade_records", "read_records", "samples_path", "write_records"]
+           "answer_equivalence", "cluster_answers_batch", "summarize", "regrade_records", "read_records",
+           "samples_path", "write_records"]
 
 Log = Callable[[str], None]
 
@@ -239,18 +240,24 @@ def grade_records(records: list[dict], settings: EvalSettings, grader=None) -> l
     answers = [[s.get("extracted") for s in rec["samples"]] for rec in records]
     verdicts = [[bool(s.get("correct")) for s in rec["samples"]] for rec in records]
 
+    clustered = cluster_answers_batch(answers, verdicts, answer_equivalence(grader))
+    for rec, (labels, correct) in zip(records, clustered):
+        rec["answer_class"] = labels
+        rec["correct_classes"] = sorted(correct)
+        rec["num_correct"] = sum(1 for s in rec["samples"] if s.get("correct"))
+    return records
+
+
+def answer_equivalence(grader) -> Callable[[list[tuple[str, str]]], list[bool]]:
+    """The verifier's equivalence of extracted answers for majority voting: ``eq_batch(pairs)`` grades each
+    ``a`` (boxed) against ``b`` as the gold with ``grader(responses, golds, truncated) -> list[Grade]``."""
     def eq_batch(pairs: list[tuple[str, str]]) -> list[bool]:
         if not pairs:
             return []
         gs = grader(["\\boxed{" + a + "}" for a, _ in pairs], [b for _, b in pairs], [False] * len(pairs))
         return [bool(g.correct) for g in gs]
 
-    clustered = cluster_answers_batch(answers, verdicts, eq_batch)
-    for rec, (labels, correct) in zip(records, clustered):
-        rec["answer_class"] = labels
-        rec["correct_classes"] = sorted(correct)
-        rec["num_correct"] = sum(1 for s in rec["samples"] if s.get("correct"))
-    return records
+    return eq_batch
 
 
 def cluster_answers_batch(answers: Sequence[Sequence[str | None]], verdicts: Sequence[Sequence[bool]],

@@ -13,10 +13,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from mathrl.algo.process import roc_auc
-from mathrl.eval.metrics import bootstrap_ci, min_detectable_diff, paired_bootstrap_diff, sample_sd
+from mathrl.eval.metrics import bootstrap_ci, maj_at_k, min_detectable_diff, paired_bootstrap_diff, sample_sd
+from mathrl.eval.runner import answer_equivalence, cluster_answers_batch
 from mathrl.models import load_tokenizer
 from mathrl.models.value_head import ValueModel
 from mathrl.prm.model import records_to_tensors
+from mathrl.reward import grade_batch
+from mathrl.reward.options import GradeOptions
 from mathrl.train.process import prm_scores
 
 __all__ = ["evaluate", "evaluate_prm", "score_records"]
@@ -29,10 +32,15 @@ def score_records(prm, tokenizer, records: list[dict], *, token_budget: int = 81
     return [p[i, : len(r["ends"])].tolist() for i, r in enumerate(records)]
 
 
-def evaluate(records: list[dict], probs: list[list[float]], *, resamples: int = 2000, seed: int = 0) -> dict:
+def evaluate(records: list[dict], probs: list[list[float]], *, eq_batch=None, resamples: int = 2000,
+             seed: int = 0) -> dict:
     """The figures of the module docstring from labelled records and the PRM's step probabilities ``probs``
-    (one list per record). Majority voting: equal extracted answers vote together and the right ones all count
-    as the gold; a problem whose responses have no answer counts as wrong. ``random`` is the mean accuracy."""
+    (one list per record). Majority voting as ``mathrl eval`` scores it (maj@N over all N responses of the
+    problem, :func:`mathrl.eval.metrics.maj_at_k`): the right answers vote together, wrong ones in classes of
+    equivalent answers (:func:`mathrl.eval.metrics.cluster_answers`; ``eq_batch(pairs) -> list[bool]``, e.g.
+    :func:`mathrl.eval.runner.answer_equivalence` of the verifier; default: equal strings only), responses
+    without an answer abstain, a tie scores the right share of the tied classes and an empty vote is wrong.
+    ``random`` is the mean accuracy."""
     flat = [(p, h) for rec, ps in zip(records, probs) for p, h in zip(ps, rec["hard"])]
     out: dict = {"steps": float(len(flat)),
                  "step_accuracy": sum((p > 0.5) == (h > 0.5) for p, h in flat) / len(flat),
@@ -40,17 +48,16 @@ def evaluate(records: list[dict], probs: list[list[float]], *, resamples: int = 
     by_problem: dict[str, list[int]] = {}
     for i, rec in enumerate(records):
         by_problem.setdefault(rec["problem_id"], []).append(i)
+    groups = list(by_problem.items())
+    classes = cluster_answers_batch([[records[i].get("answer") for i in rows] for _, rows in groups],
+                                    [[bool(records[i]["correct"]) for i in rows] for _, rows in groups],
+                                    eq_batch or (lambda pairs: [False] * len(pairs)))
     per = []
-    for pid, rows in by_problem.items():
+    for (pid, rows), (labels, right) in zip(groups, classes):
         pick = max(rows, key=lambda i: min(probs[i]) if probs[i] else 0.0)
-        answers: dict[str, int] = {}
-        for i in rows:
-            key = "<gold>" if records[i]["correct"] else (records[i].get("answer") or "").strip()
-            if key:
-                answers[key] = answers.get(key, 0) + 1
-        vote = bool(answers) and max(answers.items(), key=lambda kv: kv[1])[0] == "<gold>"
         per.append({"problem_id": pid, "responses": len(rows), "best_of_n": float(records[pick]["correct"]),
-                    "majority": float(vote), "random": sum(records[i]["correct"] for i in rows) / len(rows)})
+                    "majority": maj_at_k(labels, right, len(rows)),
+                    "random": sum(records[i]["correct"] for i in rows) / len(rows)})
     best, vote_, mean = ([p[key] for p in per] for key in ("best_of_n", "majority", "random"))
     diff = paired_bootstrap_diff(vote_, best, resamples=resamples, seed=seed)
     out.update({"problems": float(len(per)), "best_of_n": sum(best) / len(best), "majority": sum(vote_) / len(vote_),
@@ -63,8 +70,11 @@ def evaluate(records: list[dict], probs: list[list[float]], *, resamples: int = 
     return out
 
 
-def evaluate_prm(prm_folder: str | Path, records: list[dict], *, token_budget: int = 8192) -> dict:
-    """:func:`evaluate` of the PRM saved in ``prm_folder`` (``mathrl prm train``'s output) on ``records``."""
+def evaluate_prm(prm_folder: str | Path, records: list[dict], *, token_budget: int = 8192,
+                 options: GradeOptions | None = None) -> dict:
+    """:func:`evaluate` of the PRM saved in ``prm_folder`` (``mathrl prm train``'s output) on ``records``; wrong
+    answers vote together when the verifier (``options``: the run's ``reward.*``) finds them equal."""
     prm = ValueModel.from_pretrained(prm_folder)
     tok = load_tokenizer(str(prm_folder))
-    return evaluate(records, score_records(prm, tok, records, token_budget=token_budget))
+    eq_batch = answer_equivalence(lambda r, g, t: grade_batch(r, g, options, truncated=t))
+    return evaluate(records, score_records(prm, tok, records, token_budget=token_budget), eq_batch=eq_batch)

@@ -63,7 +63,7 @@ def label_steps(engine, tokenizer, prompt_ids: Sequence[Sequence[int]], response
         batch = engine.generate(prompts, k, sampling)
         texts = [prefixes[q] + batch.response_text[q * k + c] for q in range(len(queries)) for c in range(k)]
         ok = grade(texts, [golds[queries[q][0]] for q in range(len(queries)) for _ in range(k)],
-                   [f == "length" for f in batch.finish_reason])
+                   batch.truncated)
         for q, key in enumerate(queries):
             verdicts[key] = list(ok[q * k:(q + 1) * k])
     out = []

@@ -22,7 +22,7 @@ from mathrl.reward.options import GradeOptions
 from mathrl.rollout.factory import make_engine
 from mathrl.train.sampling import rollout_sampling
 
-__all__ = ["label_problems", "train_prm"]
+__all__ = ["label_problem_sets", "label_problems", "train_prm"]
 
 
 def label_problems(cfg: Config, problems: list, *, k: int) -> list[dict]:
@@ -30,21 +30,30 @@ def label_problems(cfg: Config, problems: list, *, k: int) -> list[dict]:
     template's stops, seed ``train.seed``), graded by the verifier with ``reward.*``; every step of each non-empty
     response labelled from ``k`` completions of its prefix (seed ``train.seed + 1``). One record per response, in
     ``mathrl prm label``'s format."""
+    return label_problem_sets(cfg, [problems], k=k)[0]
+
+
+def label_problem_sets(cfg: Config, sets: list[list], *, k: int) -> list[list[dict]]:
+    """:func:`label_problems` of each list of problems in ``sets``, on one engine (started once): each set is
+    sampled and labelled as :func:`label_problems` alone would (the same requests and seeds)."""
     path = resolve_model_path(cfg.model.name, cfg.model.cache_dir)
     tok = load_tokenizer(path)
     n, options = cfg.rollout.n, GradeOptions.from_config(cfg)
     engine = make_engine(cfg.rollout.backend, path, dtype="float32", seed=cfg.train.seed)
+    out = []
     try:
-        batch = engine.generate([render_prompt(p, tok, cfg.data.template) for p in problems], n,
-                                rollout_sampling(cfg, cfg.train.seed))
-        golds = [p.gold for p in problems for _ in range(n)]
-        grades = grade_batch(batch.response_text, golds, options,
-                             truncated=[f == "length" for f in batch.finish_reason])
-        return label_rollouts(engine, tok, batch, [p.id for p in problems for _ in range(n)], golds,
-                              [g.correct for g in grades], [g.extracted for g in grades], k=k,
-                              sampling=rollout_sampling(cfg, cfg.train.seed + 1), options=options, model=str(path))
+        for problems in sets:
+            batch = engine.generate([render_prompt(p, tok, cfg.data.template) for p in problems], n,
+                                    rollout_sampling(cfg, cfg.train.seed))
+            golds = [p.gold for p in problems for _ in range(n)]
+            grades = grade_batch(batch.response_text, golds, options, truncated=batch.truncated)
+            out.append(label_rollouts(engine, tok, batch, [p.id for p in problems for _ in range(n)], golds,
+                                      [g.correct for g in grades], [g.extracted for g in grades], k=k,
+                                      sampling=rollout_sampling(cfg, cfg.train.seed + 1), options=options,
+                                      model=str(path)))
     finally:
         engine.close()
+    return out
 
 
 def train_prm(records: list[dict], model: str, out: str | Path, *, dist: DistInfo, epochs: int = 2, lr: float = 1e-5,

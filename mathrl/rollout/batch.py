@@ -126,6 +126,12 @@ class RolloutBatch:
         return self.response_mask.sum(dim=1)
 
     @property
+    def truncated(self) -> list[bool]:
+        """Per row: the response stopped at max_tokens (``finish_reason == "length"``), as the verifier and
+        the overlong handling read it."""
+        return [f == "length" for f in self.finish_reason]
+
+    @property
     def num_tokens(self) -> int:
         """Generated tokens in the whole batch (the rollout throughput numerator)."""
         return int(self.response_mask.sum().item())

@@ -229,7 +229,7 @@ def grade_and_score(cfg: Config, req: Request, batch, times: dict[str, float], s
     r = cfg.rollout
     G = r.n
     t0 = time.perf_counter()
-    truncated = [f == "length" for f in batch.finish_reason]
+    truncated = batch.truncated
     golds = [p.gold for p in req.problems for _ in range(G)]
     terms = reward_terms(cfg)  # reward.terms, or the reward.function shorthand
     grades = None

@@ -13,6 +13,7 @@ from _ablate_tasks import digit_problems
 from mathrl.ablate import Task, run_study
 from mathrl.ablate.study import DONE, load_study, run_config
 from mathrl.config import ConfigError
+from mathrl.rollout import make_engine
 from mathrl.testing.digits import first_digit_grader
 
 
@@ -40,8 +41,12 @@ def _write(tmp_path, model_dir, prm=True):
 
 
 @pytest.mark.slow
-def test_the_study_trains_the_initial_prm_once_for_its_ps_rows(tmp_path, digit_model_dir):
+def test_the_study_trains_the_initial_prm_once_for_its_ps_rows(tmp_path, digit_model_dir, monkeypatch):
     path = _write(tmp_path, digit_model_dir)
+    import mathrl.prm.pipeline as pipeline
+
+    started = []  # the labelling engines started (the real ones): one for the training and held-out problems
+    monkeypatch.setattr(pipeline, "make_engine", lambda *a, **kw: started.append(a) or make_engine(*a, **kw))
     task = Task(train_problems=digit_problems(32), eval_problems=digit_problems(10, offset=100), eval_name="digits",
                 reward_terms={"first_digit": {}}, grader=first_digit_grader)
     logs: list[str] = []
@@ -52,6 +57,7 @@ def test_the_study_trains_the_initial_prm_once_for_its_ps_rows(tmp_path, digit_m
     labels = [json.loads(x) for x in (prm / "labels.jsonl").read_text().splitlines()]
     assert len(labels) == 8 * 4 and {r["problem_id"] for r in labels} == {f"digit/{i}" for i in range(8)}
     assert sum("initial PRM: labelling" in m for m in logs) == 1  # once, for both rows
+    assert len(started) == 1, started  # the held-out problems are labelled on the same engine
     # measured on the first 4 held-out problems, labelled the same way; the figures re-derive from the picks kept
     held = [json.loads(x) for x in (prm / "heldout_labels.jsonl").read_text().splitlines()]
     assert len(held) == 4 * 4 and {r["problem_id"] for r in held} == {f"digit/{i}" for i in range(100, 104)}

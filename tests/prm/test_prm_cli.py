@@ -132,6 +132,46 @@ def test_majority_vote_abstains_without_answers_and_counts_right_answers_togethe
     assert out["majority"] == 0.5 and out["best_of_n"] == 0.5 and out["random"] == pytest.approx((2 / 3) / 2)
 
 
+def test_majority_vote_is_mathrl_evals_with_ties_split_and_equivalent_wrong_answers_together():
+    """Problem a: right "7", wrong "5", wrong "5.0": with the verifier's equivalence the two wrong answers are
+    one class and outvote the right one (0); by strings alone the three classes tie (1/3, the right share of the
+    tie, as maj@k scores it). Problem b: right "2", wrong "3": a tie, 1/2 whatever the order."""
+    from mathrl.eval.runner import answer_equivalence
+    from mathrl.reward import grade_batch
+
+    recs = [{"problem_id": "a", "correct": True, "answer": "7", "hard": [1.0]},
+            {"problem_id": "a", "correct": False, "answer": "5", "hard": [0.0]},
+            {"problem_id": "a", "correct": False, "answer": "5.0", "hard": [0.0]},
+            {"problem_id": "b", "correct": False, "answer": "3", "hard": [0.0]},
+            {"problem_id": "b", "correct": True, "answer": "2", "hard": [1.0]}]
+    probs = [[0.9], [0.2], [0.3], [0.6], [0.4]]
+    verifier = answer_equivalence(lambda r, g, t: grade_batch(r, g, truncated=t))
+    by_verifier = evaluate(recs, probs, eq_batch=verifier)["per_problem"]
+    assert [p["majority"] for p in by_verifier] == [0.0, 0.5]
+    assert [p["majority"] for p in evaluate(recs, probs)["per_problem"]] == [pytest.approx(1 / 3), 0.5]
+    assert [p["best_of_n"] for p in by_verifier] == [1.0, 0.0]
+
+
+def test_evaluate_prm_votes_with_the_verifiers_equivalence(tmp_path):
+    """``evaluate_prm`` (the CLI's and the study's path) clusters wrong answers with the verifier: a saved PRM
+    of the tiny digit model on the records above (token ids made up): problem a's "5" and "5.0" outvote "7"."""
+    from mathrl.models.value_head import ValueModel
+    from mathrl.prm.evaluation import evaluate_prm
+    from mathrl.testing.digits import digit_tokenizer
+    from mathrl.testing.tiny import build_tiny_model
+
+    tok = digit_tokenizer()
+    build_tiny_model(tok, seed=0, hidden_size=16).save_pretrained(str(tmp_path / "base"))
+    tok.save_pretrained(str(tmp_path / "base"))
+    ValueModel.from_pretrained(tmp_path / "base").save_pretrained(tmp_path / "prm")
+    tok.save_pretrained(str(tmp_path / "prm"))
+    recs = [{"problem_id": pid, "correct": ok, "answer": ans, "hard": [float(ok)], "prompt_ids": [4, 5],
+             "response_ids": [6, 7, 8], "ends": [2]}
+            for pid, ok, ans in (("a", True, "7"), ("a", False, "5"), ("a", False, "5.0"), ("b", True, "2"))]
+    out = evaluate_prm(tmp_path / "prm", recs)
+    assert [p["majority"] for p in out["per_problem"]] == [0.0, 1.0] and out["majority"] == 0.5
+
+
 def test_bad_arguments_are_refused_in_one_line(tmp_path):
     from mathrl.prm.cli import main
 

@@ -59,6 +59,7 @@ def test_collate_layout():
     assert b.response_mask.tolist() == [[1, 1, 1], [1, 0, 0], [1, 1, 0], [1, 0, 0]]
     assert b.group_index.tolist() == [0, 0, 1, 1]
     assert b.num_tokens == 7 and b.response_lengths.tolist() == [3, 1, 2, 1]
+    assert b.truncated == [False, True, True, False]  # the rows that stopped at max_tokens
     torch.testing.assert_close(b.logprobs[2], torch.tensor([-0.5, -0.6, 0.0]))
     ids, mask = b.sequences()
     assert ids.shape == (4, 6) and mask[2].tolist() == [0, 0, 1, 1, 1, 0]
