@@ -73,7 +73,14 @@ def evaluate(records: list[dict], probs: list[list[float]], *, eq_batch=None, re
 def evaluate_prm(prm_folder: str | Path, records: list[dict], *, token_budget: int = 8192,
                  options: GradeOptions | None = None) -> dict:
     """:func:`evaluate` of the PRM saved in ``prm_folder`` (``mathrl prm train``'s output) on ``records``; wrong
-    answers vote together when the verifier (``options``: the run's ``reward.*``) finds them equal."""
+    answers vote together when the verifier finds them equal, with ``options`` (the run's ``reward.*``; None: the
+    tolerance ``rel_tol`` the records were graded with, as ``mathrl prm label`` keeps it, else the default)."""
+    if options is None:
+        tols = {float(r.get("rel_tol", 0.0)) for r in records}
+        if len(tols) > 1:
+            raise ValueError(f"the labelled records were graded with different reward.rel_tol values {sorted(tols)}; "
+                             "allowed: one tolerance per evaluation (evaluate the files apart)")
+        options = GradeOptions(rel_tol=tols.pop() if tols else 0.0)
     prm = ValueModel.from_pretrained(prm_folder)
     tok = load_tokenizer(str(prm_folder))
     eq_batch = answer_equivalence(lambda r, g, t: grade_batch(r, g, options, truncated=t))

@@ -77,7 +77,7 @@ def label_steps(engine, tokenizer, prompt_ids: Sequence[Sequence[int]], response
 def labelled_record(problem_id: str, gold: str, prompt_ids: Sequence[int], response_ids: Sequence[int], response: str,
                     answer: str | None, correct: bool, labels: StepLabels, *, model: str, **extra) -> dict:
     """One labelled response as a line of ``mathrl prm label``'s file (what ``mathrl prm train`` reads); ``extra``
-    keys are kept (the iterative round's step)."""
+    keys are kept (the grading tolerance ``rel_tol`` the verdicts were given with, the iterative round's step)."""
     return {"problem_id": problem_id, "gold": gold, "model": model, "prompt_ids": list(prompt_ids),
             "response_ids": list(response_ids), "response": response, "answer": answer, "correct": bool(correct),
             "ends": labels.ends, "hard": labels.hard, "soft": labels.soft, **extra}
@@ -103,5 +103,5 @@ def label_rollouts(engine, tokenizer, batch: RolloutBatch, problem_ids: Sequence
                          grade=lambda texts, gs, cut: [g.correct for g in grade_batch(texts, gs, options,
                                                                                       truncated=cut)])
     return [labelled_record(problem_ids[i], golds[i], prompt_ids[i], response_ids[i], batch.response_text[i],
-                            answers[i], correct[i], lab, model=model, **extra)
+                            answers[i], correct[i], lab, model=model, rel_tol=options.rel_tol, **extra)
             for i, lab in zip(keep, labels)]

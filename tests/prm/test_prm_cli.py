@@ -152,24 +152,53 @@ def test_majority_vote_is_mathrl_evals_with_ties_split_and_equivalent_wrong_answ
     assert [p["best_of_n"] for p in by_verifier] == [1.0, 0.0]
 
 
-def test_evaluate_prm_votes_with_the_verifiers_equivalence(tmp_path):
-    """``evaluate_prm`` (the CLI's and the study's path) clusters wrong answers with the verifier: a saved PRM
-    of the tiny digit model on the records above (token ids made up): problem a's "5" and "5.0" outvote "7"."""
+def _tiny_prm(folder):
+    """A saved PRM (``mathrl prm train``'s layout) of the tiny digit model, untrained."""
     from mathrl.models.value_head import ValueModel
-    from mathrl.prm.evaluation import evaluate_prm
     from mathrl.testing.digits import digit_tokenizer
     from mathrl.testing.tiny import build_tiny_model
 
     tok = digit_tokenizer()
-    build_tiny_model(tok, seed=0, hidden_size=16).save_pretrained(str(tmp_path / "base"))
-    tok.save_pretrained(str(tmp_path / "base"))
-    ValueModel.from_pretrained(tmp_path / "base").save_pretrained(tmp_path / "prm")
-    tok.save_pretrained(str(tmp_path / "prm"))
-    recs = [{"problem_id": pid, "correct": ok, "answer": ans, "hard": [float(ok)], "prompt_ids": [4, 5],
-             "response_ids": [6, 7, 8], "ends": [2]}
-            for pid, ok, ans in (("a", True, "7"), ("a", False, "5"), ("a", False, "5.0"), ("b", True, "2"))]
-    out = evaluate_prm(tmp_path / "prm", recs)
+    build_tiny_model(tok, seed=0, hidden_size=16).save_pretrained(str(folder / "base"))
+    tok.save_pretrained(str(folder / "base"))
+    ValueModel.from_pretrained(folder / "base").save_pretrained(folder / "prm")
+    tok.save_pretrained(str(folder / "prm"))
+    return folder / "prm"
+
+
+def _answer_records(answers, **extra):
+    return [{"problem_id": pid, "gold": "7", "correct": ok, "answer": ans, "hard": [float(ok)],
+             "soft": [float(ok)], "prompt_ids": [4, 5], "response_ids": [6, 7, 8], "ends": [2], **extra}
+            for pid, ok, ans in answers]
+
+
+def test_evaluate_prm_votes_with_the_verifiers_equivalence(tmp_path):
+    """``evaluate_prm`` (the CLI's and the study's path) clusters wrong answers with the verifier: a saved PRM
+    of the tiny digit model on the records above (token ids made up): problem a's "5" and "5.0" outvote "7"."""
+    from mathrl.prm.evaluation import evaluate_prm
+
+    recs = _answer_records((("a", True, "7"), ("a", False, "5"), ("a", False, "5.0"), ("b", True, "7")))
+    out = evaluate_prm(_tiny_prm(tmp_path), recs)
     assert [p["majority"] for p in out["per_problem"]] == [0.0, 1.0] and out["majority"] == 0.5
+
+
+def test_prm_eval_votes_with_the_tolerance_the_labels_were_graded_with(tmp_path):
+    """`mathrl prm eval` on labels graded with reward.rel_tol = 0.01 (kept in each record by the labeller): "5"
+    and "5.04" are one wrong answer and outvote "7" (0); labelled with exact numbers they are two (a three-way tie,
+    1/3). Records graded with two tolerances are refused in one line."""
+    from mathrl.prm.cli import main
+    from mathrl.prm.evaluation import evaluate_prm
+
+    prm = _tiny_prm(tmp_path)
+    answers = (("a", True, "7"), ("a", False, "5"), ("a", False, "5.04"))
+    for tol, vote in ((0.01, 0.0), (0.0, pytest.approx(1 / 3))):
+        labels = tmp_path / f"labels_{tol}.jsonl"
+        labels.write_text("".join(json.dumps(r) + "\n" for r in _answer_records(answers, rel_tol=tol)))
+        assert main(["eval", "--prm", str(prm), "--labels", str(labels), "--out", str(tmp_path / "e.json")]) == 0
+        assert json.loads((tmp_path / "e.json").read_text())["per_problem"][0]["majority"] == vote
+    mixed = _answer_records(answers[:2], rel_tol=0.01) + _answer_records(answers[2:], rel_tol=0.0)
+    with pytest.raises(ValueError, match=r"different reward.rel_tol values \[0.0, 0.01\]"):
+        evaluate_prm(prm, mixed)
 
 
 def test_bad_arguments_are_refused_in_one_line(tmp_path):

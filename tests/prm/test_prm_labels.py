@@ -151,9 +151,10 @@ def test_label_problems_samples_and_completes_with_the_runs_stops(monkeypatch, e
     monkeypatch.setattr(pipeline, "make_engine", recording)
     cfg = load_config(str(Path(__file__).resolve().parents[2] / "configs" / "demo.yaml"), [
         f"model.name={embedded_model_path}", "rollout.backend=hf", "rollout.n=2", "rollout.max_tokens=48",
-        "rollout.temperature=1.0", "data.template=fewshot_plain", "data.synthetic_level=3"])
+        "rollout.temperature=1.0", "data.template=fewshot_plain", "data.synthetic_level=3", "reward.rel_tol=0.01"])
     records = pipeline.label_problems(cfg, load_training_problems(cfg)[:3], k=2)
     assert records and len(seen) == 2  # the responses, then every step's completions
+    assert {r["rel_tol"] for r in records} == {0.01}  # graded with reward.rel_tol, kept for `mathrl prm eval`
     for sampling, texts in seen:
         assert "\nQuestion:" in sampling.stop and "\n\nQuestion:" in sampling.stop
         assert not any("\nQuestion:" in t for t in texts), [t for t in texts if "Question:" in t]
