@@ -247,8 +247,8 @@ def ensure_initial_prm(study: Study, task: Task, *, log: Log = _log) -> None:
     ``study.prm.problems`` training problems with the base config's policy and sampler, then
     :func:`~mathrl.prm.pipeline.train_prm`); the labelled records stay in ``labels.jsonl`` beside it. With
     ``study.prm.heldout = N`` the first N held-out problems are labelled the same way, on the same engine
-    (``heldout_labels.jsonl``), and the PRM is measured on them (:func:`mathrl.prm.evaluation.evaluate`: step AUC, best-of-N against majority
-    voting with intervals and the per-problem picks, ``heldout_eval.json``)."""
+    (``heldout_labels.jsonl``), and the PRM is measured on them (:func:`mathrl.prm.evaluation.evaluate`: step
+    AUC, best-of-N against majority voting with intervals and the per-problem picks, ``heldout_eval.json``)."""
     folder = study.out / PRM_FOLDER
     wanted = study.prm and any(run_config(study, r).model.prm == str(folder) for r in study.runs)
     if not wanted or (folder / "backbone.safetensors").is_file():
