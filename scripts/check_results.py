@@ -355,10 +355,10 @@ def _claims() -> list[Claim]:
         for name in ("raw", "eval"):
             for i in (1, 2):
                 c.append(Claim(doc, f"bench_eval run {i} {name}", block_line(anchor, f"run {i} {name} "),
-                               lambda k, name=name, i=i: _norm(_bench_eval(k).run_line(
+                               lambda k, name=name, i=i: _norm(_bench_eval().run_line(
                                    f"run {i}", name, k.json(BENCH_JSON)["runs"][name][i - 1]))))
         c.append(Claim(doc, "bench_eval summary line", block_line(anchor, "bench_eval: raw engine"),
-                       lambda k: _norm(_bench_eval(k).summary_line(k.json(BENCH_JSON)))))
+                       lambda k: _norm(_bench_eval().summary_line(k.json(BENCH_JSON)))))
     return c
 
 
@@ -366,7 +366,7 @@ BENCH = "docs/results/bench_eval"
 BENCH_JSON = f"{BENCH}/bench_eval.json"
 
 
-def _bench_eval(k: Kept):
+def _bench_eval():
     """scripts/bench_eval.py beside this script (its run_line and summary_line print the figures), loaded
     once, as the product's own code is imported above."""
     import importlib.util
