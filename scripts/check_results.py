@@ -196,9 +196,10 @@ GSM_A, GSM_B = f"{WP}/eval_base_gsm8k", f"{WP}/eval_step40_gsm8k"
 DEMO_ROWS = ("greedy", "pass@1", "pass@4", "maj@4", "boxed_rate", "greedy_boxed", "length_mean", "truncation_rate")
 
 
-def demo_table_row(metric: str) -> Callable[[Kept], str]:
+def demo_table_row(metric: str, a: str = DEMO_A, b: str = DEMO_B) -> Callable[[Kept], str]:
+    """A row of the trainer's before/after table (console, summary.md) of the held-out checks kept in a, b."""
     def compute(k: Kept) -> str:
-        table = before_after_table(k.heldout(DEMO_A), k.heldout(DEMO_B))
+        table = before_after_table(k.heldout(a), k.heldout(b))
         return next(_norm(line) for line in table.splitlines() if line.startswith(f"| {metric} |"))
     return compute
 
@@ -290,6 +291,49 @@ def compare_md(a: str, b: str, rel_json: str) -> Callable[[Kept], str]:
     return compute
 
 
+WP_METRICS = f"{WP}/metrics.jsonl"
+WP_CHECKS = (f"{WP}/eval/step_000000", f"{WP}/eval/step_000080")  # the trainer's checks (data.eval_limit problems)
+WP_CURVE_ANCHOR = "| steps | accuracy (trained groups) | groups without signal | length | KL | boxed | s/step |"
+WP_README_WINDOWS = ("1-10", "41-50", "71-80")
+
+
+def _run_log(k: Kept) -> tuple[list[dict], list[dict]]:
+    """(training rows, the trainer's evaluation rows) of the kept metrics log, as summarize_run reads them."""
+    return _script("summarize_run").read_metrics(k.file(WP_METRICS))
+
+
+def metrics_summary(k: Kept) -> str:
+    rows, evals = _run_log(k)
+    return _script("summarize_run").render(rows, 10, evals)
+
+
+def curve_row(k: Kept, steps: str) -> str:
+    """A row of README's training-curve excerpt: the 10-step means of the kept metrics log."""
+    rows, _ = _run_log(k)
+    for first, last, m in _script("summarize_run").window_means(rows, 10):
+        if f"{first}-{last}" == steps:
+            return row(steps, f"{m['reward/accuracy']:.3f}", f"{m['sampling/filtered_frac']:.2f}",
+                       f"{m['response/length_mean']:.1f}", f"{m['kl/mean']:.3f}", f"{m['reward/boxed']:.2f}",
+                       f"{m['time/step']:.0f}")
+    return f"no window {steps} in {WP_METRICS}"
+
+
+def _check_line(step: int, figures: dict) -> str:
+    return f"step {step}: " + ", ".join(f"{key} {float(figures[key]):.6f}" for key in sorted(figures))
+
+
+def logged_checks(text: str) -> str:
+    """The eval rows of the metrics log (the trainer's own held-out checks), one line per step."""
+    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    return "; ".join(_check_line(r["step"], {key: v for key, v in r.items() if key not in ("step", "event")})
+                     for r in rows if r.get("event") == "eval")
+
+
+def recomputed_checks(k: Kept) -> str:
+    """The same figures from the kept samples of each check (``mathrl.train.report.heldout_metrics``)."""
+    return "; ".join(_check_line(int(rel.rsplit("_", 1)[1]), k.heldout(rel)) for rel in WP_CHECKS)
+
+
 def _close(x, y) -> bool:
     if isinstance(x, dict) and isinstance(y, dict):
         return x.keys() == y.keys() and all(_close(x[i], y[i]) for i in x)
@@ -332,8 +376,25 @@ def _claims() -> list[Claim]:
         r"On the GSM8K evaluation \d+% of the trained model's greedy answers carry a box\s+\(initial model: \d+%\)"),
         lambda k: "On the GSM8K evaluation {1:.0f}% of the trained model's greedy answers carry a box "
                   "(initial model: {0:.0f}%)".format(*(100 * _greedy_boxed_share(k, r) for r in (GSM_A, GSM_B)))))
+    # the word-problem run's metrics log: its 10-step summary (scripts/summarize_run.py), README's excerpt
+    # of it, and the trainer's own held-out checks it logged, recomputed from their kept samples
+    c.append(Claim(f"{WP}/metrics_summary.md", "the whole summary of the kept metrics log", whole,
+                   metrics_summary))
+    c.append(Claim(WP_METRICS, "the trainer's held-out checks (eval rows)", logged_checks, recomputed_checks))
+    for m in DEMO_ROWS:
+        c.append(Claim(f"{WP}/summary.md", f"the trainer's before/after row {m}", table_row("| metric |", m),
+                       demo_table_row(m, *WP_CHECKS)))
+    for steps in WP_README_WINDOWS:
+        c.append(Claim("README.md", f"word-problem training window {steps}", table_row(WP_CURVE_ANCHOR, steps),
+                       lambda k, steps=steps: curve_row(k, steps)))
+    c.append(Claim("README.md", "word-problem training hours", phrase(r"Wall time: [\d.]+ h of training steps"),
+                   lambda k: f"Wall time: {sum(r['time/step'] for r in _run_log(k)[0]) / 3600:.2f} h of training steps"))
+    c.append(Claim("README.md", "the trainer's 100-problem check in prose",
+                   phrase(r"moved from greedy [\d.]+ to [\d.]+ and pass@1 [\d.]+ to [\d.]+"),
+                   lambda k: "moved from greedy {:.3f} to {:.3f} and pass@1 {:.3f} to {:.3f}".format(
+                       *(k.heldout(r)[m] for m in ("greedy", "pass@1") for r in WP_CHECKS))))
     # the kept report files of every kept evaluation folder and comparison
-    for rel in (DEMO_A, DEMO_B, GSM_A, GSM_B):
+    for rel in (DEMO_A, DEMO_B, GSM_A, GSM_B, *WP_CHECKS):
         c.append(Claim(f"{rel}/summary.json", "metrics, lengths and intervals", lambda _t: "as kept", summary_json(rel)))
         c.append(Claim(f"{rel}/report.md", "the whole report", whole,
                        lambda k, rel=rel: markdown_report(k.recomputed(rel))))
@@ -366,17 +427,22 @@ BENCH = "docs/results/bench_eval"
 BENCH_JSON = f"{BENCH}/bench_eval.json"
 
 
-def _bench_eval():
-    """scripts/bench_eval.py beside this script (its run_line and summary_line print the figures), loaded
-    once, as the product's own code is imported above."""
+def _script(name: str):
+    """scripts/<name>.py beside this script (bench_eval's run_line and summary_line, summarize_run's
+    read_metrics and render print the figures), loaded once, as the product's own code is imported above."""
     import importlib.util
 
-    if "bench_eval_checked" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("bench_eval_checked", REPO / "scripts" / "bench_eval.py")
+    key = f"{name}_checked"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, REPO / "scripts" / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        sys.modules["bench_eval_checked"] = module
-    return sys.modules["bench_eval_checked"]
+        sys.modules[key] = module
+    return sys.modules[key]
+
+
+def _bench_eval():
+    return _script("bench_eval")
 
 
 ABL, ABL_STUDY = "docs/ablations/wordproblems_cpu", "configs/ablations/wordproblems_cpu.yaml"
@@ -488,7 +554,7 @@ NOT_CLAIMS: dict[str, str] = {
     rf"{DEMO}/metrics\.jsonl": "the demo's metrics log (training curve, step lines of console.txt)",
     r"docs/ablations/(grpo_family|grpo_family_async|cpu_demo)/report\.(md|json)":
         "a study report whose held-out accuracies are withdrawn (its report.md says so; listed in WITHDRAWN)",
-    rf"{WP}/(rerun_40steps/)?metrics_summary\.md":
+    rf"{WP}/(rerun_40steps|first_run)/metrics_summary\.md":
         "10-step means of a training metrics log that was not kept (training curves, not an evaluation)",
 }
 SCANNED = ("docs/results", "eval/results", "docs/ablations")

@@ -101,6 +101,32 @@ def test_an_edited_bench_eval_pass_fails_its_lines_and_the_summary(copy):
         assert any(f"{doc}: bench_eval summary line" in line for line in bad), bad
 
 
+def test_the_training_log_summary_and_the_trainers_checks_recompute_from_the_kept_log(copy):
+    """The word-problem run's kept metrics log is the data of its 10-step summary, of README's excerpt of it
+    and of the trainer's held-out checks it logged: one step's KL edited in the log fails the summary and
+    README's window row of that step and nothing else; one logged check figure edited fails the check claim
+    (its kept samples say otherwise) and the summary, which prints it."""
+    path = copy / "docs/results/wordproblems_cpu/metrics.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    rows = [json.loads(line) for line in lines]
+    step = next(r for r in rows if r.get("step") == 75 and "event" not in r)
+    step["kl/mean"] += 0.5  # the window 71-80's mean KL moves by 0.05
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    bad = _failures(copy)
+    assert len(bad) == 2, bad
+    assert any("wordproblems_cpu/metrics_summary.md" in line for line in bad), bad
+    assert any("README.md: word-problem training window 71-80" in line for line in bad), bad
+
+    step["kl/mean"] -= 0.5
+    check = next(r for r in rows if r.get("event") == "eval" and r["step"] == 80)
+    check["greedy"] += 0.01  # one more problem right than the kept samples say
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    bad = _failures(copy)
+    assert len(bad) == 2, bad
+    assert any("metrics.jsonl: the trainer's held-out checks" in line for line in bad), bad
+    assert any("wordproblems_cpu/metrics_summary.md" in line for line in bad), bad
+
+
 @pytest.mark.slow
 def test_a_demo_sample_flipped_fails_the_demo_table(copy):
     path = copy / DEMO_B / "heldout" / "samples.jsonl.gz"
