@@ -334,6 +334,25 @@ def recomputed_checks(k: Kept) -> str:
     return "; ".join(_check_line(int(rel.rsplit("_", 1)[1]), k.heldout(rel)) for rel in WP_CHECKS)
 
 
+SVAMP_B = f"{WP}/eval_svamp_step80_n8"  # the trained model on SVAMP's 1000 problems, n = 8 + greedy, timed
+
+
+def eval_speed(k: Kept, rel: str, bench: str) -> str:
+    """How fast a kept evaluation generated: every sample's and greedy answer's tokens over the benchmark's
+    generation seconds (summary.json), the command's minutes, and the cores it kept busy (user + system CPU
+    seconds over the wall time, from the ``/usr/bin/time -v`` output kept as time.txt)."""
+    r = k.recomputed(rel)
+    recs, b = r["records"][bench], r["benchmarks"][bench]
+    tokens = sum(x["tokens"] for rec in recs for x in [*rec["samples"], *([rec["greedy"]] if "greedy" in rec else [])])
+    gen = b["seconds"]["generate"]
+    t = k.text(f"{rel}/time.txt")
+    cpu = sum(float(re.search(rf"{kind} time \(seconds\): ([\d.]+)", t).group(1)) for kind in ("User", "System"))
+    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", t).group(1)
+    wall_s = sum(float(part) * 60 ** i for i, part in enumerate(reversed(wall.split(":"))))
+    return (f"took {r['seconds'] / 60:.1f} min: {b['problems']} problems, {tokens} tokens in {gen:.0f} s of "
+            f"generation ({tokens / gen:.1f} tok/s), {cpu / wall_s:.2f} of 2 cores busy")
+
+
 def _close(x, y) -> bool:
     if isinstance(x, dict) and isinstance(y, dict):
         return x.keys() == y.keys() and all(_close(x[i], y[i]) for i in x)
@@ -393,8 +412,14 @@ def _claims() -> list[Claim]:
                    phrase(r"moved from greedy [\d.]+ to [\d.]+ and pass@1 [\d.]+ to [\d.]+"),
                    lambda k: "moved from greedy {:.3f} to {:.3f} and pass@1 {:.3f} to {:.3f}".format(
                        *(k.heldout(r)[m] for m in ("greedy", "pass@1") for r in WP_CHECKS))))
+    c.append(Claim("README.md", "the trained model's SVAMP evaluation speed", phrase(
+        r"took [\d.]+ min: \d+ problems, \d+ tokens in \d+ s of generation \([\d.]+ tok/s\), [\d.]+ of 2 cores busy"),
+        lambda k: eval_speed(k, SVAMP_B, "svamp")))
+    for m in ("greedy", "pass@1", "pass@8", "maj@8"):
+        c.append(Claim("README.md", f"the trained model's SVAMP {m}", phrase(rf"SVAMP {re.escape(m)} [\d.]+ \[[\d.]+, [\d.]+\]"),
+                       lambda k, m=m: f"SVAMP {m} {format_ci(_metric(k, SVAMP_B, 'svamp', m)['value'], _metric(k, SVAMP_B, 'svamp', m)['ci'])}"))
     # the kept report files of every kept evaluation folder and comparison
-    for rel in (DEMO_A, DEMO_B, GSM_A, GSM_B, *WP_CHECKS):
+    for rel in (DEMO_A, DEMO_B, GSM_A, GSM_B, *WP_CHECKS, SVAMP_B):
         c.append(Claim(f"{rel}/summary.json", "metrics, lengths and intervals", lambda _t: "as kept", summary_json(rel)))
         c.append(Claim(f"{rel}/report.md", "the whole report", whole,
                        lambda k, rel=rel: markdown_report(k.recomputed(rel))))
