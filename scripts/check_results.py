@@ -54,6 +54,7 @@ class Kept:
         self._pairs: dict[tuple[str, str], dict] = {}
         self.used: set[Path] = set()
         self._ablation: dict | None = None
+        self._logs: dict[str, tuple[list[dict], list[dict]]] = {}
 
     def file(self, rel: str) -> Path:
         path = self.root / rel
@@ -124,6 +125,13 @@ class Kept:
     def ablation_text(self, name: str) -> str:
         self.ablation()
         return (self._ablation_dir / name).read_text(encoding="utf-8")
+
+    def run_log(self, rel: str) -> tuple[list[dict], list[dict]]:
+        """(training rows, the trainer's evaluation rows) of a kept metrics log, as scripts/summarize_run.py
+        reads them (once)."""
+        if rel not in self._logs:
+            self._logs[rel] = _script("summarize_run").read_metrics(self.file(rel))
+        return self._logs[rel]
 
     def heldout(self, rel: str) -> dict[str, float]:
         """The trainer's held-out figures (metrics log, summary.md, console) of a kept training evaluation."""
@@ -222,34 +230,50 @@ def _diff(k: Kept, a: str, b: str, bench: str, metric: str) -> str:
     return f"{100 * r['diff']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
 
 
-def gsm8k_row(label: str, metric: str, *, bold: bool = False) -> Callable[[Kept], str]:
-    """A row of the GSM8K before/after table: both values with intervals and the paired difference."""
+Pair = tuple[str, str, str]  # (before folder, after folder, benchmark) of a paired before/after table
+GSM8K_PAIR: Pair = (GSM_A, GSM_B, "gsm8k")
+
+
+def _ci(m: dict) -> str:
+    return format_ci(m["value"], m["ci"])
+
+
+def paired_row(pair: Pair, label: str, metric: str, *, bold: bool = False) -> Callable[[Kept], str]:
+    """A row of a before/after table: both values with intervals and the paired difference."""
+    a, b, bench = pair
+
     def compute(k: Kept) -> str:
-        ma, mb = _metric(k, GSM_A, "gsm8k", metric), _metric(k, GSM_B, "gsm8k", metric)
-        d = _diff(k, GSM_A, GSM_B, "gsm8k", metric)
+        ma, mb = _metric(k, a, bench, metric), _metric(k, b, bench, metric)
+        d = _diff(k, a, b, bench, metric)
         return row(label, format_ci(ma["value"], ma["ci"]), format_ci(mb["value"], mb["ci"]), f"**{d}**" if bold else d)
     return compute
 
 
-def gsm8k_short_row(label: str, metric: str) -> Callable[[Kept], str]:
+def paired_short_row(pair: Pair, label: str, metric: str) -> Callable[[Kept], str]:
+    a, b, bench = pair
+
     def compute(k: Kept) -> str:
-        return row(label, pct(_metric(k, GSM_A, "gsm8k", metric)["value"]),
-                   pct(_metric(k, GSM_B, "gsm8k", metric)["value"]), _diff(k, GSM_A, GSM_B, "gsm8k", metric))
+        return row(label, pct(_metric(k, a, bench, metric)["value"]), pct(_metric(k, b, bench, metric)["value"]),
+                   _diff(k, a, b, bench, metric))
     return compute
 
 
-def gsm8k_lengths(label: str) -> Callable[[Kept], str]:
+def paired_lengths(pair: Pair, label: str) -> Callable[[Kept], str]:
+    a, b, bench = pair
+
     def compute(k: Kept) -> str:
-        a, b = (k.recomputed(r)["benchmarks"]["gsm8k"] for r in (GSM_A, GSM_B))
-        return row(label, f"{a['mean_length']:.1f}", f"{b['mean_length']:.1f}", "")
+        ra, rb = (k.recomputed(r)["benchmarks"][bench] for r in (a, b))
+        return row(label, f"{ra['mean_length']:.1f}", f"{rb['mean_length']:.1f}", "")
     return compute
 
 
-def gsm8k_trunc(label: str) -> Callable[[Kept], str]:
+def paired_trunc(pair: Pair, label: str) -> Callable[[Kept], str]:
+    a, b, bench = pair
+
     def compute(k: Kept) -> str:
-        a, b = (k.recomputed(r)["benchmarks"]["gsm8k"] for r in (GSM_A, GSM_B))
-        return row(label, f"{pct(a['truncation_rate'])}% / {pct(a['no_answer_rate'])}%",
-                   f"{pct(b['truncation_rate'])}% / {pct(b['no_answer_rate'])}%", "")
+        ra, rb = (k.recomputed(r)["benchmarks"][bench] for r in (a, b))
+        return row(label, f"{pct(ra['truncation_rate'])}% / {pct(ra['no_answer_rate'])}%",
+                   f"{pct(rb['truncation_rate'])}% / {pct(rb['no_answer_rate'])}%", "")
     return compute
 
 
@@ -297,19 +321,14 @@ WP_CURVE_ANCHOR = "| steps | accuracy (trained groups) | groups without signal |
 WP_README_WINDOWS = ("1-10", "41-50", "71-80")
 
 
-def _run_log(k: Kept) -> tuple[list[dict], list[dict]]:
-    """(training rows, the trainer's evaluation rows) of the kept metrics log, as summarize_run reads them."""
-    return _script("summarize_run").read_metrics(k.file(WP_METRICS))
-
-
 def metrics_summary(k: Kept) -> str:
-    rows, evals = _run_log(k)
+    rows, evals = k.run_log(WP_METRICS)
     return _script("summarize_run").render(rows, 10, evals)
 
 
 def curve_row(k: Kept, steps: str) -> str:
     """A row of README's training-curve excerpt: the 10-step means of the kept metrics log."""
-    rows, _ = _run_log(k)
+    rows, _ = k.run_log(WP_METRICS)
     for first, last, m in _script("summarize_run").window_means(rows, 10):
         if f"{first}-{last}" == steps:
             return row(steps, f"{m['reward/accuracy']:.3f}", f"{m['sampling/filtered_frac']:.2f}",
@@ -379,15 +398,15 @@ def _claims() -> list[Claim]:
     for doc, anchor, p1 in (("README.md", "| GSM8K test, 1319 problems (%) |", "pass@1 (n=4, T=0.6)"),
                             (f"{WP}/README.md", "| GSM8K test, 1319 problems (%) |", "pass@1 (n = 4, T = 0.6)")):
         for label, m in (("greedy", "greedy"), (p1, "pass@1"), ("pass@4", "pass@4"), ("maj@4", "maj@4")):
-            c.append(Claim(doc, f"GSM8K row {m}", table_row(anchor, label), gsm8k_row(label, m)))
+            c.append(Claim(doc, f"GSM8K row {m}", table_row(anchor, label), paired_row(GSM8K_PAIR, label, m)))
         c.append(Claim(doc, "GSM8K mean length", table_row(anchor, "mean length (tokens)"),
-                       gsm8k_lengths("mean length (tokens)")))
+                       paired_lengths(GSM8K_PAIR, "mean length (tokens)")))
     c.append(Claim(f"{WP}/README.md", "GSM8K truncation / no answer",
                    table_row("| GSM8K test, 1319 problems (%) |", "truncated at 256 tokens / no answer"),
-                   gsm8k_trunc("truncated at 256 tokens / no answer")))
+                   paired_trunc(GSM8K_PAIR, "truncated at 256 tokens / no answer")))
     for label, m in (("GSM8K greedy (40 steps)", "greedy"), ("GSM8K maj@4 (40 steps)", "maj@4")):
         c.append(Claim(f"{WP}/README.md", f"summary row {label}", table_row("| full test set (%) |", label),
-                       gsm8k_short_row(label, m)))
+                       paired_short_row(GSM8K_PAIR, label, m)))
     c.append(Claim("README.md", "GSM8K truncation in prose", phrase(r"stopped running past 256 tokens: [\d.]+% -> [\d.]+%"),
                    lambda k: "stopped running past 256 tokens: " + " -> ".join(
                        f"{pct(k.recomputed(r)['benchmarks']['gsm8k']['truncation_rate'])}%" for r in (GSM_A, GSM_B))))
@@ -407,7 +426,7 @@ def _claims() -> list[Claim]:
         c.append(Claim("README.md", f"word-problem training window {steps}", table_row(WP_CURVE_ANCHOR, steps),
                        lambda k, steps=steps: curve_row(k, steps)))
     c.append(Claim("README.md", "word-problem training hours", phrase(r"Wall time: [\d.]+ h of training steps"),
-                   lambda k: f"Wall time: {sum(r['time/step'] for r in _run_log(k)[0]) / 3600:.2f} h of training steps"))
+                   lambda k: f"Wall time: {sum(r['time/step'] for r in k.run_log(WP_METRICS)[0]) / 3600:.2f} h of training steps"))
     c.append(Claim("README.md", "the trainer's 100-problem check in prose",
                    phrase(r"moved from greedy [\d.]+ to [\d.]+ and pass@1 [\d.]+ to [\d.]+"),
                    lambda k: "moved from greedy {:.3f} to {:.3f} and pass@1 {:.3f} to {:.3f}".format(
@@ -417,7 +436,7 @@ def _claims() -> list[Claim]:
         lambda k: eval_speed(k, SVAMP_B, "svamp")))
     for m in ("greedy", "pass@1", "pass@8", "maj@8"):
         c.append(Claim("README.md", f"the trained model's SVAMP {m}", phrase(rf"SVAMP {re.escape(m)} [\d.]+ \[[\d.]+, [\d.]+\]"),
-                       lambda k, m=m: f"SVAMP {m} {format_ci(_metric(k, SVAMP_B, 'svamp', m)['value'], _metric(k, SVAMP_B, 'svamp', m)['ci'])}"))
+                       lambda k, m=m: f"SVAMP {m} {_ci(_metric(k, SVAMP_B, 'svamp', m))}"))
     # the kept report files of every kept evaluation folder and comparison
     for rel in (DEMO_A, DEMO_B, GSM_A, GSM_B, *WP_CHECKS, SVAMP_B):
         c.append(Claim(f"{rel}/summary.json", "metrics, lengths and intervals", lambda _t: "as kept", summary_json(rel)))
@@ -441,10 +460,10 @@ def _claims() -> list[Claim]:
         for name in ("raw", "eval"):
             for i in (1, 2):
                 c.append(Claim(doc, f"bench_eval run {i} {name}", block_line(anchor, f"run {i} {name} "),
-                               lambda k, name=name, i=i: _norm(_bench_eval().run_line(
+                               lambda k, name=name, i=i: _norm(_script("bench_eval").run_line(
                                    f"run {i}", name, k.json(BENCH_JSON)["runs"][name][i - 1]))))
         c.append(Claim(doc, "bench_eval summary line", block_line(anchor, "bench_eval: raw engine"),
-                       lambda k: _norm(_bench_eval().summary_line(k.json(BENCH_JSON)))))
+                       lambda k: _norm(_script("bench_eval").summary_line(k.json(BENCH_JSON)))))
     return c
 
 
@@ -464,10 +483,6 @@ def _script(name: str):
         spec.loader.exec_module(module)
         sys.modules[key] = module
     return sys.modules[key]
-
-
-def _bench_eval():
-    return _script("bench_eval")
 
 
 ABL, ABL_STUDY = "docs/ablations/wordproblems_cpu", "configs/ablations/wordproblems_cpu.yaml"
