@@ -245,7 +245,7 @@ def paired_row(pair: Pair, label: str, metric: str, *, bold: bool = False) -> Ca
     def compute(k: Kept) -> str:
         ma, mb = _metric(k, a, bench, metric), _metric(k, b, bench, metric)
         d = _diff(k, a, b, bench, metric)
-        return row(label, format_ci(ma["value"], ma["ci"]), format_ci(mb["value"], mb["ci"]), f"**{d}**" if bold else d)
+        return row(label, _ci(ma), _ci(mb), f"**{d}**" if bold else d)
     return compute
 
 

@@ -27,7 +27,7 @@ from mathrl.dist.collectives import init_distributed  # noqa: E402
 from mathrl.train import dpo  # noqa: E402
 from mathrl.train.models import build_models, make_rollout  # noqa: E402
 
-STEPS, HELDOUT_STEPS = 6, 3
+STEPS, HELDOUT_STEPS = 4, 2
 
 
 def main() -> None:

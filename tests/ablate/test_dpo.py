@@ -134,6 +134,7 @@ def test_dpo_raises_the_implicit_reward_margin_of_held_out_pairs(tmp_path, embed
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
     result = dict(line.split("=", 1) for line in p.stdout.splitlines() if line.startswith("heldout_"))
     pairs, margin, ordered = int(result["heldout_pairs"]), float(result["heldout_margin"]), float(result["heldout_ordered"])
+    print(f"[dpo held-out] {result}")
     assert pairs >= 8 and int(result["heldout_lengths"]) > 1, result  # several-token responses of different lengths
     assert float(result["heldout_chosen_right"]) == 1.0, result  # each pair: the verifier's right answer first
     assert margin > 0 and ordered > 0.5, result

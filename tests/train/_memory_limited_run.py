@@ -12,7 +12,7 @@ import resource
 import sys
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 
 def main() -> int:
@@ -26,7 +26,7 @@ def main() -> int:
     from mathrl.train.checkpoint import TrainingError
     from mathrl.train.memory import token_cap
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     model = ensure_embedded_model()
     if mode == "nofit":  # train.micro_batch_tokens=auto taken as its upper value, 8192, whatever the memory
         def nofit(cfg, *_args, **_kwargs):

@@ -424,7 +424,8 @@ def test_the_real_model_under_a_memory_limit_adapts_and_without_the_fit_dies(emb
     backward (the negative control); a limit too
     small for one group stops with the settings to change, before training."""
     script = Path(__file__).parent / "_memory_limited_run.py"
-    env = {**without_dist_env(), "OMP_NUM_THREADS": "1"}  # a world of its own (this process may hold one)
+    # a world of its own (this process may hold one); both cores: the three runs are one process each
+    env = {**without_dist_env(), "OMP_NUM_THREADS": "2"}
     limit = os.environ.get("MATHRL_TEST_AS_LIMIT_GB", "8")
 
     def launch(out, mode, *extra, lim=limit):

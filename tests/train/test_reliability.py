@@ -336,8 +336,9 @@ def _wait_gone(tag: str, timeout: float = 20.0) -> list[int]:
 def _assert_no_rss_trend(rss: list[float]) -> None:
     """No leak in the RSS of steps 50-200 (after the allocator's warm-up), judged on the floor (lowest RSS) and the
     peak (highest) of three 50-step windows. With glibc's default, adaptive mmap threshold the RSS jumps from step
-    to step between levels one fp32 logits buffer apart (12.3 MiB here: 49152 vocabulary x 64 tokens x 4 bytes;
-    six levels spanning 73 MiB, 537-610 MiB, on one machine, 626-699 MiB in one CI run), and where the floor sits
+    to step between levels about 12 MiB apart (12.0-12.3 MiB measured, the size of one fp32 buffer of 49152
+    vocabulary x 64 tokens, though which buffer was not traced; six levels spanning 73 MiB, 537-610 MiB, on
+    one machine, 626-699 MiB in one CI run), and where the floor sits
     depends on which freed buffers the heap keeps: it rose once by 24 MiB in one CI run and by 24 then 12.3 MiB
     in another (flat on this machine for 400 steps). The long-run test therefore fixes the mmap threshold at
     1 MiB (``MALLOC_MMAP_THRESHOLD_``): large buffers are mapped and unmapped every time, and the floor of

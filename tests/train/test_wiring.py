@@ -103,7 +103,7 @@ def test_resume_is_exact_on_the_real_model(embedded_model_path, tmp_path):
             "train.save_every=1", "train.keep_last=3", "train.lr=1e-5", "train.lr_schedule=cosine",
             "train.warmup_steps=1", "data.source=synthetic", "data.synthetic_size=16", "data.eval_limit=1",
             "eval.n=1", "eval.k=1", "eval.max_tokens=4", "eval.greedy=false", "reward.function=correctness_format",
-            "reward.format_bonus=0.2", *QUIET]
+            "reward.format_bonus=0.2", "data.template=chat_boxed", *QUIET]  # no worked example: 75-token prompts
     full = tmp_path / "full"
     assert run(load_config("configs/demo.yaml", [*args, f"train.output_dir={full}"])) == 0
     steps = _steps(full)
