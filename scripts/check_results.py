@@ -225,9 +225,11 @@ def _metric(k: Kept, rel: str, bench: str, metric: str) -> dict:
 
 
 def _diff(k: Kept, a: str, b: str, bench: str, metric: str) -> str:
+    """The paired difference b - a with its interval, in bold when the interval excludes 0."""
     r = k.pair(a, b)["benchmarks"][bench]["metrics"][metric]
     lo, hi = r["diff_ci"]
-    return f"{100 * r['diff']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
+    text = f"{100 * r['diff']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
+    return f"**{text}**" if lo > 0 or hi < 0 else text
 
 
 Pair = tuple[str, str, str]  # (before folder, after folder, benchmark) of a paired before/after table
@@ -238,14 +240,13 @@ def _ci(m: dict) -> str:
     return format_ci(m["value"], m["ci"])
 
 
-def paired_row(pair: Pair, label: str, metric: str, *, bold: bool = False) -> Callable[[Kept], str]:
+def paired_row(pair: Pair, label: str, metric: str) -> Callable[[Kept], str]:
     """A row of a before/after table: both values with intervals and the paired difference."""
     a, b, bench = pair
 
     def compute(k: Kept) -> str:
         ma, mb = _metric(k, a, bench, metric), _metric(k, b, bench, metric)
-        d = _diff(k, a, b, bench, metric)
-        return row(label, _ci(ma), _ci(mb), f"**{d}**" if bold else d)
+        return row(label, _ci(ma), _ci(mb), _diff(k, a, b, bench, metric))
     return compute
 
 
@@ -353,7 +354,25 @@ def recomputed_checks(k: Kept) -> str:
     return "; ".join(_check_line(int(rel.rsplit("_", 1)[1]), k.heldout(rel)) for rel in WP_CHECKS)
 
 
-SVAMP_B = f"{WP}/eval_svamp_step80_n8"  # the trained model on SVAMP's 1000 problems, n = 8 + greedy, timed
+SVAMP_A = f"{WP}/eval_svamp_base_n8"  # the initial model on SVAMP's 1000 problems, n = 8 + greedy, timed
+SVAMP_B = f"{WP}/eval_svamp_step80_n8"  # the trained model (step 80), the same settings, timed
+SVAMP_PAIR: Pair = (SVAMP_A, SVAMP_B, "svamp")
+SVAMP_ANCHOR = "| SVAMP test, 1000 problems (%) |"
+SVAMP_ROWS = (("greedy", "greedy"), ("pass@1 (n = 8, T = 0.6)", "pass@1"), ("pass@4", "pass@4"),
+              ("pass@8", "pass@8"), ("maj@8", "maj@8"))
+SVAMP_SUMMARY = (("SVAMP greedy (80 steps)", "greedy"), ("SVAMP pass@1 (80 steps)", "pass@1"),
+                 ("SVAMP maj@8 (80 steps)", "maj@8"))
+
+
+def svamp_largest_p(k: Kept) -> str:
+    """The largest one-sided bootstrap p(B<=A) of the SVAMP comparison's metrics, and whether twice it times
+    the number of metrics (Bonferroni over the comparison's readings) stays below 0.05."""
+    rows = k.pair(SVAMP_A, SVAMP_B)["benchmarks"]["svamp"]["metrics"]
+    name = max(rows, key=lambda m: rows[m]["p_b_le_a"])
+    p, m = rows[name]["p_b_le_a"], len(rows)
+    verdict = "is still below 0.05" if 2 * p * m < 0.05 else "is NOT below 0.05"
+    return (f"the comparison's largest p(B<=A) is {p:.3f} ({name}), and doubled for two sides and multiplied by "
+            f"{m} (Bonferroni) that {verdict}")
 
 
 def eval_speed(k: Kept, rel: str, bench: str) -> str:
@@ -431,18 +450,32 @@ def _claims() -> list[Claim]:
                    phrase(r"moved from greedy [\d.]+ to [\d.]+ and pass@1 [\d.]+ to [\d.]+"),
                    lambda k: "moved from greedy {:.3f} to {:.3f} and pass@1 {:.3f} to {:.3f}".format(
                        *(k.heldout(r)[m] for m in ("greedy", "pass@1") for r in WP_CHECKS))))
-    c.append(Claim("README.md", "the trained model's SVAMP evaluation speed", phrase(
-        r"took [\d.]+ min: \d+ problems, \d+ tokens in \d+ s of generation \([\d.]+ tok/s\), [\d.]+ of 2 cores busy"),
-        lambda k: eval_speed(k, SVAMP_B, "svamp")))
-    for m in ("greedy", "pass@1", "pass@8", "maj@8"):
-        c.append(Claim("README.md", f"the trained model's SVAMP {m}", phrase(rf"SVAMP {re.escape(m)} [\d.]+ \[[\d.]+, [\d.]+\]"),
-                       lambda k, m=m: f"SVAMP {m} {_ci(_metric(k, SVAMP_B, 'svamp', m))}"))
+    # README and docs/results/wordproblems_cpu/README.md: SVAMP before / after 80 steps (full test, n = 8)
+    for doc in ("README.md", f"{WP}/README.md"):
+        for label, m in SVAMP_ROWS:
+            c.append(Claim(doc, f"SVAMP row {m}", table_row(SVAMP_ANCHOR, label), paired_row(SVAMP_PAIR, label, m)))
+        c.append(Claim(doc, "SVAMP mean length", table_row(SVAMP_ANCHOR, "mean length (tokens)"),
+                       paired_lengths(SVAMP_PAIR, "mean length (tokens)")))
+        trunc = "truncated at 256 tokens / no answer"
+        c.append(Claim(doc, "SVAMP truncation / no answer", table_row(SVAMP_ANCHOR, trunc), paired_trunc(SVAMP_PAIR, trunc)))
+        for who, rel in (("initial", SVAMP_A), ("trained", SVAMP_B)):
+            c.append(Claim(doc, f"the {who} model's SVAMP evaluation speed", phrase((
+                rf"The {who} model's evaluation took [\d.]+ min: \d+ problems, \d+ tokens in \d+ s of generation "
+                r"\([\d.]+ tok/s\), [\d.]+ of 2 cores busy").replace(" ", r"\s+")),
+                lambda k, who=who, rel=rel: f"The {who} model's evaluation " + eval_speed(k, rel, "svamp")))
+    c.append(Claim("README.md", "the SVAMP comparison's largest p(B<=A), with Bonferroni over its metrics", phrase((
+        r"the comparison's largest p\(B<=A\) is [\d.]+ \(\S+\), and doubled for two sides and multiplied by \d+"
+        r" \(Bonferroni\) that is still below 0\.05").replace(" ", r"\s+")), svamp_largest_p))
+    for label, m in SVAMP_SUMMARY:
+        c.append(Claim(f"{WP}/README.md", f"summary row {label}", table_row("| full test set (%) |", label),
+                       paired_short_row(SVAMP_PAIR, label, m)))
     # the kept report files of every kept evaluation folder and comparison
-    for rel in (DEMO_A, DEMO_B, GSM_A, GSM_B, *WP_CHECKS, SVAMP_B):
+    for rel in (DEMO_A, DEMO_B, GSM_A, GSM_B, *WP_CHECKS, SVAMP_A, SVAMP_B):
         c.append(Claim(f"{rel}/summary.json", "metrics, lengths and intervals", lambda _t: "as kept", summary_json(rel)))
         c.append(Claim(f"{rel}/report.md", "the whole report", whole,
                        lambda k, rel=rel: markdown_report(k.recomputed(rel))))
-    for a, b, rel in ((DEMO_A, DEMO_B, f"{DEMO_B}/compare"), (GSM_A, GSM_B, f"{WP}/compare_gsm8k")):
+    for a, b, rel in ((DEMO_A, DEMO_B, f"{DEMO_B}/compare"), (GSM_A, GSM_B, f"{WP}/compare_gsm8k"),
+                      (SVAMP_A, SVAMP_B, f"{WP}/compare_svamp_n8")):
         c.append(Claim(f"{rel}/compare.json", "paired differences and intervals", lambda _t: "as kept",
                        compare_json(a, b, f"{rel}/compare.json")))
         c.append(Claim(f"{rel}/compare.md", "the whole comparison", whole, compare_md(a, b, f"{rel}/compare.json")))

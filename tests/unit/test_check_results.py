@@ -17,6 +17,8 @@ from mathrl.eval.records import read_records, write_records
 ROOT = Path(__file__).resolve().parents[2]
 GSM_B = "docs/results/wordproblems_cpu/eval_step40_gsm8k"
 DEMO_B = "docs/results/demo/eval/step_000012"
+SVAMP_A = "docs/results/wordproblems_cpu/eval_svamp_base_n8"
+WP_README = "docs/results/wordproblems_cpu/README.md"
 
 
 def _checker():
@@ -125,6 +127,36 @@ def test_the_training_log_summary_and_the_trainers_checks_recompute_from_the_kep
     assert len(bad) == 2, bad
     assert any("metrics.jsonl: the trainer's held-out checks" in line for line in bad), bad
     assert any("wordproblems_cpu/metrics_summary.md" in line for line in bad), bad
+
+
+@pytest.mark.slow
+def test_the_svamp_table_and_speed_lines_recompute_from_both_kept_evaluations(copy):
+    """The paired SVAMP table (README and the run's README) and each evaluation's speed line recompute from
+    the kept samples and time.txt. One of the initial model's wrong greedy answers graded right fails the
+    greedy rows of both tables, the run's summary row, that evaluation's summary and report and the
+    comparison, and nothing that greedy does not enter; a longer wall time in that evaluation's time.txt
+    fails its speed line in both documents and nothing else."""
+    path = copy / SVAMP_A / "svamp" / "samples.jsonl.gz"
+    recs = read_records(path)
+    rec = next(r for r in recs if not r["greedy"].get("correct"))
+    rec["greedy"]["correct"] = True
+    write_records(path, recs)
+    heads = [line.splitlines()[0] for line in _failures(copy)]
+    for doc in ("README.md", WP_README):
+        assert any(f"{doc}: SVAMP row greedy" in h for h in heads), heads
+    for where in ("summary row SVAMP greedy (80 steps)", "eval_svamp_base_n8/summary.json",
+                  "eval_svamp_base_n8/report.md", "compare_svamp_n8/compare.json", "compare_svamp_n8/compare.md"):
+        assert any(where in h for h in heads), (where, heads)
+    assert not any(m in h for h in heads for m in ("pass@1", "pass@4", "pass@8", "maj@8", "speed", "GSM8K")), heads
+
+    shutil.copy(ROOT / SVAMP_A / "svamp" / "samples.jsonl.gz", path)
+    time_txt = copy / SVAMP_A / "time.txt"
+    text = time_txt.read_text(encoding="utf-8")
+    wall = "Elapsed (wall clock) time (h:mm:ss or m:ss): "
+    assert text.count(wall) == 1
+    time_txt.write_text(text.replace(wall, wall + "1:"), encoding="utf-8")  # an hour longer
+    heads = [line.splitlines()[0] for line in _failures(copy)]
+    assert len(heads) == 2 and all("the initial model's SVAMP evaluation speed" in h for h in heads), heads
 
 
 @pytest.mark.slow
