@@ -270,7 +270,8 @@ def ensure_initial_prm(study: Study, task: Task, *, log: Log = _log) -> None:
         stats = train_prm(records, cfg.model.name, tmp, dist=init_distributed(), epochs=opts["epochs"], lr=opts["lr"],
                           batch=opts["batch"], token_budget=budget, seed=cfg.train.seed)
         log(f"[ablate] initial PRM: {len(records)} responses, {sum(len(r['ends']) for r in records)} steps, "
-            f"last loss {stats['prm/loss']:.4f}")
+            f"last loss {stats['prm/loss']:.4f} (predicting the label mean at every step: "
+            f"{stats['prm/constant_loss']:.4f})")
         if held:
             held_records = held_sets[0]
             (tmp / HELDOUT_LABELS).write_text("".join(json.dumps(r) + "\n" for r in held_records), encoding="utf-8")

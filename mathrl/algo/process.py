@@ -19,13 +19,15 @@ cover the whole text, in order, without overlap.
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-__all__ = ["StepRewards", "segment_steps", "step_end_tokens", "step_labels", "process_advantages", "prm_loss", "roc_auc"]
+__all__ = ["StepRewards", "segment_steps", "step_end_tokens", "step_labels", "process_advantages", "prm_loss", "constant_loss", "roc_auc"]
 
 
 @dataclass(frozen=True)
@@ -171,6 +173,23 @@ def prm_loss(logits: Tensor, labels: Tensor, step_mask: Tensor, *, norm_steps: f
         stats = {"accuracy": agree.sum() / count,
                  "prob_mean": torch.where(sm, torch.sigmoid(logits.detach()), torch.zeros_like(per)).sum() / count}
     return loss, stats
+
+
+def constant_loss(labels: Sequence[float]) -> float:
+    """The binary cross-entropy of the best constant prediction, the labels' mean ``m``, at every step::
+
+        L_0 = -(1 / n) sum_i [y_i log m + (1 - y_i) log (1 - m)]
+
+    (the entropy of ``m``; 0 when every label is 0 or every label is 1). A PRM whose :func:`prm_loss` on its own
+    training steps is not below ``L_0`` has not learned anything about the steps beyond how often they are
+    right. NaN without labels."""
+    ys = [float(y) for y in labels]
+    if not ys:
+        return float("nan")
+    m = sum(ys) / len(ys)
+    if m <= 0.0 or m >= 1.0:
+        return 0.0
+    return -(sum(y * math.log(m) + (1.0 - y) * math.log(1.0 - m) for y in ys) / len(ys))
 
 
 def roc_auc(scores: Sequence[float], labels: Sequence[bool]) -> float:

@@ -308,8 +308,13 @@ def test_the_cpu_study_has_every_row_and_a_declared_family():
     methods = {r.method for r in s.runs}
     assert methods == {"rft", "online_rft", "dpo", "grpo", "grpo_ps", "ppo"}
     assert {r.group for r in s.runs} >= {"grpo-iterative", "grpo_ps-iterative"}
-    assert s.primary_metric == "greedy" and {b for a, b in s.contrasts if a == "before"} == {r.group for r in s.runs}
+    assert s.primary_metric == "pass@1" and {b for a, b in s.contrasts if a == "before"} == {r.group for r in s.runs}
     c = run_config(s, s.run("grpo_ps-iterative-seed0"))
-    assert c.data.synthetic_level == 3 and c.data.eval_limit == 500 and c.model.prm.endswith("prm_initial")
-    assert c.algo.prm_update_every == c.algo.ref_update_every == 10 and s.prm["heldout"] == 64
+    assert c.data.synthetic_level == 2 and c.data.eval_limit == 56 and c.model.prm.endswith("prm_initial")
+    assert c.eval.n >= 8 and c.eval.k == [1, 8]  # pass@1 as the primary metric needs n >= 8
+    assert c.algo.prm_update_every == c.algo.ref_update_every == 10 and s.prm["heldout"] == 56
+    # the 56 held-out problems are the level's 56 distinct held-out expressions, each once
+    from mathrl.data.splits import heldout_problems
+    held = heldout_problems(c)[1]
+    assert len(held) == 56 and len({p.meta["expression"] for p in held}) == 56
     assert {run_config(s, r).train.lr for r in s.runs} == {1e-5}  # one learning rate for every method

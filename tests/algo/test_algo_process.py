@@ -102,3 +102,22 @@ def test_roc_auc_by_hand():
     # 0.8 (positive) vs negatives 0.5 and 0.8: 1 + 0.5 (a tie); 0.4 vs them: 0 + 0 -> 1.5 / 4
     assert roc_auc([0.8, 0.4, 0.5, 0.8], [True, True, False, False]) == 0.375
     assert math.isnan(roc_auc([0.1, 0.2], [True, True]))
+
+
+def test_constant_loss_by_hand():
+    from mathrl.algo.process import constant_loss, prm_loss
+
+    # one right step in four: the best constant is 0.25, -(0.25 ln 0.25 + 0.75 ln 0.75) = 0.5623
+    assert constant_loss([1.0, 0.0, 0.0, 0.0]) == pytest.approx(0.562335, abs=1e-6)
+    # soft labels: mean 0.5 -> ln 2, whatever their spread
+    assert constant_loss([0.25, 0.75]) == pytest.approx(math.log(2))
+    assert constant_loss([0.0, 0.0]) == 0.0 and constant_loss([1.0]) == 0.0
+    assert math.isnan(constant_loss([]))
+    # it is prm_loss at the constant logit log(m / (1 - m)), and no other constant does better
+    y = torch.tensor([[1.0, 0.0, 0.3], [0.0, 0.0, 0.9]])
+    m = float(y.mean())
+    at_mean, _ = prm_loss(torch.full_like(y, math.log(m / (1 - m))), y, torch.ones_like(y, dtype=torch.bool))
+    assert float(at_mean) == pytest.approx(constant_loss(y.flatten().tolist()), abs=1e-6)
+    for z in (-2.0, -0.5, 0.5, 2.0):
+        other, _ = prm_loss(torch.full_like(y, z), y, torch.ones_like(y, dtype=torch.bool))
+        assert float(other) > float(at_mean)

@@ -60,3 +60,45 @@ def test_prm_learns_to_score_the_state_at_each_steps_end(tiny_model):
     # the negative control: labels of the token *after* the step end cannot be read from the state at the end
     shifted = torch.where(smask, (tokens.response_ids.gather(1, (ends + 1).clamp(max=7)) % 2 == 0).float(), 0.0)
     assert roc_auc(p[smask].tolist(), (shifted[smask] > 0.5).tolist()) < 0.7
+
+
+def _records(n: int, seed: int, vocab: int) -> list[dict]:
+    """``mathrl prm label``-shaped records of :func:`_task` (labels readable from each step's last token); about
+    half the steps are right."""
+    tokens, ends, labels, smask = _task(n, seed, vocab)
+    out = []
+    for i in range(n):
+        k, q = int(smask[i].sum()), int(tokens.response_mask[i].sum())
+        out.append({"prompt_ids": tokens.prompt_ids[i].tolist(), "response_ids": tokens.response_ids[i, :q].tolist(),
+                    "ends": ends[i, :k].tolist(), "hard": labels[i, :k].tolist(), "soft": labels[i, :k].tolist()})
+    return out
+
+
+def test_train_prm_warns_when_the_prm_does_not_beat_predicting_the_label_mean(tmp_path, tokenizer, capsys):
+    """The study's level-3 PRM (lr 1e-5, 64 optimizer steps) ended with every score near one value and a held-out
+    AUC of 0.37, and nothing said so: `train_prm` compares the last epoch's loss with the loss of predicting the
+    label mean and warns, naming the settings to raise."""
+    from mathrl.algo.process import constant_loss
+    from mathrl.dist.collectives import init_distributed
+    from mathrl.prm.pipeline import train_prm
+    from mathrl.testing.tiny import save_tiny_model
+
+    model = save_tiny_model(tmp_path / "tiny", tokenizer)
+    records = _records(48, 0, 200)
+    for r in records:  # a rarer positive class, as in real labels: keep one right step in three at most
+        r["hard"] = r["soft"] = [y if (j % 3 == 0) else 0.0 for j, y in enumerate(r["hard"])]
+    base = constant_loss([y for r in records for y in r["soft"]])
+    assert 0.3 < base < 0.6
+    dist = init_distributed()
+
+    too_small = train_prm(records, str(model), tmp_path / "small", dist=dist, epochs=1, lr=1e-7, batch=16)
+    err = capsys.readouterr().err
+    assert too_small["prm/constant_loss"] == pytest.approx(base)
+    assert too_small["prm/loss"] > base  # a zero head: every step scores 0.5, loss ln 2
+    assert "has not learned to tell steps apart (1 epoch(s) of 3 optimizer steps at lr 1e-07)" in err
+    assert "raise --lr or --epochs" in err and (tmp_path / "small" / "backbone.safetensors").is_file()
+
+    fitted = train_prm(records, str(model), tmp_path / "fitted", dist=dist, epochs=8, lr=1e-2, batch=16)
+    captured = capsys.readouterr()
+    assert fitted["prm/loss"] < base and "warning" not in captured.err
+    assert f"(predicting the label mean at every step: {base:.4f})" in captured.out
