@@ -210,3 +210,14 @@ def test_the_ablation_summary_and_report_recompute_from_the_run_archives(copy):
     report.write_text(kept.replace("| 0.1044 | no |", "| 0.0444 | yes |"), encoding="utf-8")
     bad = _failures(copy)
     assert len(bad) == 1 and "wordproblems_cpu/report.md" in bad[0], bad
+
+
+def test_a_prose_phrase_matches_wherever_its_line_wraps():
+    # every prose claim goes through phrase(): a space of its pattern matches any white space, so re-wrapping a
+    # README paragraph neither breaks a claim nor needs hand-written \s+ at today's wrap points
+    find = _checker().phrase(r"smallest adjusted p [\d.]+ over \d+ contrasts")
+    want = "smallest adjusted p 0.10 over 18 contrasts"
+    assert find("the\nsmallest adjusted\n  p 0.10 over 18\ncontrasts, and") == want
+    assert find(want) == want
+    with pytest.raises(LookupError, match="no text matching"):
+        find("smallest adjusted-p 0.10 over 18 contrasts")
