@@ -632,6 +632,9 @@ NOT_CLAIMS: dict[str, str] = {
         "a study report whose held-out accuracies are withdrawn (its report.md says so; listed in WITHDRAWN)",
     rf"{WP}/(rerun_40steps|first_run)/metrics_summary\.md":
         "10-step means of a training metrics log that was not kept (training curves, not an evaluation)",
+    r"docs/ablations/deepseekmath_cpu/run_archives/[\w.-]+\.tar\.gz":
+        "a finished run of the study in progress: no figure of it is published until the study's report, which is "
+        "then recomputed from these archives like the word-problem study's",
 }
 SCANNED = ("docs/results", "eval/results", "docs/ablations")
 

@@ -90,7 +90,7 @@ def cmd_eval(args) -> int:
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    print(json.dumps({k: v for k, v in result.items() if k != "per_problem"}, indent=1))
+    print(json.dumps({k: v for k, v in result.items() if k not in ("per_problem", "step_scores")}, indent=1))
     return 0
 
 

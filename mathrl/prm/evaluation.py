@@ -3,9 +3,11 @@ PRM): step accuracy and AUC against the steps' hard labels, and best-of-N rerank
 whose weakest step scores highest (Math-Shepherd's min) -- against majority voting and a random response.
 
 Every figure comes with what it rests on: per problem, whether the PRM's pick, the majority answer and a random
-response are right (``per_problem``, so the summary re-derives from the kept file), bootstrap intervals over
-problems, and the paired difference best-of-N minus majority with its interval, one-sided bootstrap p-value and
-the smallest difference the problems could detect (80% power, :func:`mathrl.eval.metrics.min_detectable_diff`).
+response are right (``per_problem``), the PRM's score of every step of every record (``step_scores``, in the
+records' order: :func:`evaluate` of the labelled records and these scores gives the whole result again, with no
+PRM weights), bootstrap intervals over problems, and the paired difference best-of-N minus majority with its
+interval, one-sided bootstrap p-value and the smallest difference the problems could detect (80% power,
+:func:`mathrl.eval.metrics.min_detectable_diff`).
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ def evaluate(records: list[dict], probs: list[list[float]], *, eq_batch=None, re
                 "majority_ci": list(bootstrap_ci(vote_, resamples=resamples, seed=seed)),
                 "best_minus_majority": {**diff, "mde": min_detectable_diff(
                     sample_sd([b - v for b, v in zip(best, vote_)]), len(per))},
-                "per_problem": per})
+                "per_problem": per, "step_scores": [list(map(float, p)) for p in probs]})
     return out
 
 

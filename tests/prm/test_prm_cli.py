@@ -52,6 +52,10 @@ def test_best_of_n_majority_and_random_by_hand():
     assert d["diff"] == 0.5 and d["lo"] == 0.0 and d["hi"] == 1.0
     assert d["mde"] == pytest.approx(2.8016 * (0.5 ** 0.5) / 2 ** 0.5, rel=1e-4)  # sd of [1, 0] = 0.707
     assert out["best_of_n_ci"] == [1.0, 1.0] and out["majority_ci"] == [0.0, 1.0]
+    # every step's score is kept, so the whole result re-derives from the kept file and the labels alone
+    assert out["step_scores"] == probs
+    kept = json.loads(json.dumps(out))
+    assert evaluate(recs, kept["step_scores"]) == kept
 
 
 @pytest.mark.slow
