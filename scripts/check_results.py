@@ -490,6 +490,15 @@ def _claims() -> list[Claim]:
                    ablation_json))
     for where, pattern, compute in ABLATION_README:
         c.append(Claim("README.md", f"ablation result: {where}", phrase(pattern), compute))
+    # the DeepSeekMath CPU study in progress: its initial PRM, recomputed from the archived labels and step scores
+    c.append(Claim(f"{DSM}/README.md", "the initial PRM's labels and held-out measurement", phrase(
+        r"\d+ training responses \(\d+ right, \d+ steps\); on the \d+ held-out problems \(\d+ steps\) step AUC [\d.]+, "
+        r"best-of-8 by the weakest step [\d.]+% against majority voting [\d.]+% and a random response [\d.]+%; "
+        r"best-of-8 minus majority [-+][\d.]+ \[[-+][\d.]+, [-+][\d.]+\] \(one-sided bootstrap p [\d.]+, "
+        r"smallest detectable difference [\d.]+ points\)"), lambda k: initial_prm_phrase(initial_prm(k)[1])))
+    c.append(Claim(f"{DSM}/README.md", f"{DSM_PRM}: the kept heldout_eval.json, every field", lambda _t: "as kept",
+                   lambda k: (lambda kept, again: "as kept" if all(kept[key] == again[key] for key in kept)
+                              else f"differs in {[key for key in kept if kept[key] != again[key]]}")(*initial_prm(k))))
     # evaluation at the engine's speed: the counted passes and the summary line of scripts/bench_eval.py,
     # recomputed from its kept JSON by the script's own functions
     for doc, anchor in (("README.md", "The timed passes and the summary line"), (f"{BENCH}/console.txt", "bench_eval:")):
@@ -554,6 +563,41 @@ FAMILY = (("grpo", "grpo-dynamic_sampling"), ("grpo", "grpo-dr_grpo"), ("grpo", 
 
 def _ci_text(r: dict) -> str:
     return f"{100 * r['diff']:+.1f} [{100 * r['lo']:+.1f}, {100 * r['hi']:+.1f}]"
+
+
+DSM = "docs/ablations/deepseekmath_cpu"
+DSM_PRM = f"{DSM}/run_archives/prm_initial-record.tar.gz"
+
+
+def _archived_jsonl(tar, name: str) -> list[dict]:
+    return [json.loads(line) for line in tar.extractfile(name).read().decode("utf-8").splitlines() if line.strip()]
+
+
+def initial_prm(k: Kept) -> tuple[dict, dict]:
+    """(the kept held-out result of the CPU study's initial PRM, the same recomputed from its labelled held-out
+    responses and kept step scores by mathrl's own evaluate_scored; the training labels' counts under "train")."""
+    import tarfile
+
+    from mathrl.prm.evaluation import evaluate_scored
+
+    with tarfile.open(k.file(DSM_PRM)) as tar:
+        held = _archived_jsonl(tar, "prm_initial-record/heldout_labels.jsonl")
+        train = _archived_jsonl(tar, "prm_initial-record/labels.jsonl")
+        kept = json.loads(tar.extractfile("prm_initial-record/heldout_eval.json").read())
+    again = evaluate_scored(held, kept["step_scores"])
+    again["train"] = {"responses": len(train), "right": sum(bool(r["correct"]) for r in train),
+                      "steps": sum(len(r["ends"]) for r in train)}
+    return kept, again
+
+
+def initial_prm_phrase(r: dict) -> str:
+    d = r["best_minus_majority"]
+    return (f"{r['train']['responses']} training responses ({r['train']['right']} right, {r['train']['steps']} steps); "
+            f"on the {r['problems']:.0f} held-out problems ({r['steps']:.0f} steps) step AUC {r['step_auc']:.3f}, "
+            f"best-of-8 by the weakest step {100 * r['best_of_n']:.1f}% against majority voting "
+            f"{100 * r['majority']:.1f}% and a random response {100 * r['random']:.1f}%; best-of-8 minus majority "
+            f"{_ci_text(d)} (one-sided bootstrap p {d['p_le_0']:.3f}, smallest detectable difference "
+            f"{100 * d['mde']:.1f} points)")
 
 
 ABLATION_README: list[tuple[str, str, Callable[[Kept], str]]] = [
@@ -632,7 +676,7 @@ NOT_CLAIMS: dict[str, str] = {
         "a study report whose held-out accuracies are withdrawn (its report.md says so; listed in WITHDRAWN)",
     rf"{WP}/(rerun_40steps|first_run)/metrics_summary\.md":
         "10-step means of a training metrics log that was not kept (training curves, not an evaluation)",
-    r"docs/ablations/deepseekmath_cpu/run_archives/[\w.-]+\.tar\.gz":
+    r"docs/ablations/deepseekmath_cpu/run_archives/(?!prm_initial-record\.)[\w.-]+\.tar\.gz":
         "a finished run of the study in progress: no figure of it is published until the study's report, which is "
         "then recomputed from these archives like the word-problem study's",
 }

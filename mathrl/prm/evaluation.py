@@ -24,7 +24,7 @@ from mathrl.reward import grade_batch
 from mathrl.reward.options import GradeOptions
 from mathrl.train.process import prm_scores
 
-__all__ = ["evaluate", "evaluate_prm", "score_records"]
+__all__ = ["evaluate", "evaluate_prm", "evaluate_scored", "score_records"]
 
 
 def score_records(prm, tokenizer, records: list[dict], *, token_budget: int = 8192, device="cpu") -> list[list[float]]:
@@ -72,18 +72,26 @@ def evaluate(records: list[dict], probs: list[list[float]], *, eq_batch=None, re
     return out
 
 
-def evaluate_prm(prm_folder: str | Path, records: list[dict], *, token_budget: int = 8192,
-                 options: GradeOptions | None = None) -> dict:
-    """:func:`evaluate` of the PRM saved in ``prm_folder`` (``mathrl prm train``'s output) on ``records``; wrong
-    answers vote together when the verifier finds them equal, with ``options`` (the run's ``reward.*``; None: the
-    tolerance ``rel_tol`` the records were graded with, as ``mathrl prm label`` keeps it, else the default)."""
+def evaluate_scored(records: list[dict], step_scores: list[list[float]], *, options: GradeOptions | None = None
+                    ) -> dict:
+    """:func:`evaluate` of ``records`` scored ``step_scores`` with wrong answers voting together when the verifier
+    finds them equal, with ``options`` (the run's ``reward.*``; None: the tolerance ``rel_tol`` the records were
+    graded with, as ``mathrl prm label`` keeps it, else the default). A kept result re-derives from its labelled
+    records and its own ``step_scores`` by this function."""
     if options is None:
         tols = {float(r.get("rel_tol", 0.0)) for r in records}
         if len(tols) > 1:
             raise ValueError(f"the labelled records were graded with different reward.rel_tol values {sorted(tols)}; "
                              "allowed: one tolerance per evaluation (evaluate the files apart)")
         options = GradeOptions(rel_tol=tols.pop() if tols else 0.0)
+    eq_batch = answer_equivalence(lambda r, g, t: grade_batch(r, g, options, truncated=t))
+    return evaluate(records, step_scores, eq_batch=eq_batch)
+
+
+def evaluate_prm(prm_folder: str | Path, records: list[dict], *, token_budget: int = 8192,
+                 options: GradeOptions | None = None) -> dict:
+    """:func:`evaluate_scored` of ``records`` scored by the PRM saved in ``prm_folder`` (``mathrl prm train``'s
+    output)."""
     prm = ValueModel.from_pretrained(prm_folder)
     tok = load_tokenizer(str(prm_folder))
-    eq_batch = answer_equivalence(lambda r, g, t: grade_batch(r, g, options, truncated=t))
-    return evaluate(records, score_records(prm, tok, records, token_budget=token_budget), eq_batch=eq_batch)
+    return evaluate_scored(records, score_records(prm, tok, records, token_budget=token_budget), options=options)

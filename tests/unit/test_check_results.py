@@ -221,3 +221,29 @@ def test_a_prose_phrase_matches_wherever_its_line_wraps():
     assert find(want) == want
     with pytest.raises(LookupError, match="no text matching"):
         find("smallest adjusted-p 0.10 over 18 contrasts")
+
+
+@pytest.mark.slow
+def test_the_initial_prm_figures_recompute_from_the_archived_labels_and_scores(copy):
+    """The CPU study's initial PRM: its README phrase and its kept heldout_eval.json are recomputed from the
+    archived held-out labels and step scores. Every step score of one held-out problem's responses turned into
+    1 - score (as if the kept result and the scores disagreed) fails exactly those two claims."""
+    import tarfile
+
+    archive = copy / "docs/ablations/deepseekmath_cpu/run_archives/prm_initial-record.tar.gz"
+    work = copy / "unpacked"
+    with tarfile.open(archive) as tar:
+        tar.extractall(work, filter="data")
+    path = work / "prm_initial-record" / "heldout_eval.json"
+    kept = json.loads(path.read_text(encoding="utf-8"))
+    held = [json.loads(x) for x in (work / "prm_initial-record" / "heldout_labels.jsonl").read_text().splitlines()]
+    for i, r in enumerate(held):
+        if r["problem_id"] == held[0]["problem_id"]:
+            kept["step_scores"][i] = [1.0 - p for p in kept["step_scores"][i]]
+    path.write_text(json.dumps(kept), encoding="utf-8")
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(work / "prm_initial-record", arcname="prm_initial-record")
+    shutil.rmtree(work)
+    bad = _failures(copy)
+    assert len(bad) == 2 and all("deepseekmath_cpu" in line for line in bad), bad
+    assert any("the initial PRM's labels and held-out measurement" in line for line in bad), bad
