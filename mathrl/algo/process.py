@@ -20,14 +20,14 @@ cover the whole text, in order, without overlap.
 from __future__ import annotations
 
 import math
-
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-__all__ = ["StepRewards", "segment_steps", "step_end_tokens", "step_labels", "process_advantages", "prm_loss", "constant_loss", "roc_auc"]
+__all__ = ["StepRewards", "segment_steps", "step_end_tokens", "step_labels", "process_advantages", "prm_loss",
+           "constant_loss", "roc_auc"]
 
 
 @dataclass(frozen=True)
