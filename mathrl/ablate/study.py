@@ -400,10 +400,30 @@ def load_study(path: str | Path, out: str | Path | None = None, overrides: list[
                   contrasts=[] if contrasts is None else
                   _check_contrasts(contrasts, groups, f"{path}{_line_of(root, 'study', 'contrasts')}"),
                   prm=_check_prm(st.get("prm"), f"{path}{_line_of(root, 'study', 'prm')}"))
+    _pin_heldout_seed(study)
     configs = [run_config(study, r) for r in runs]  # fail before any work
     if primary is not None:
         _check_primary(study, configs, f"{path}{_line_of(root, 'study', 'primary_metric')}")
     return study
+
+
+def _pin_heldout_seed(study: Study) -> None:
+    """A generated held-out set is drawn with ``train.seed`` unless ``data.eval_seed`` is set, so the seeds of a
+    study would be evaluated on different problems (other wordings, other ids) and no run could be paired with
+    another seed's run or baseline. Unless the study sets ``data.eval_seed`` itself (base, base recipe or command
+    line), every run gets ``data.eval_seed`` = the smallest ``train.seed`` of the study's runs, first among its
+    overrides (a run's own setting still wins)."""
+    cfg = base_config(study)
+    seeds = sorted({v for r in study.runs for k, v, _ in r.overrides if k == "train.seed"})
+    if cfg.data.eval_seed is not None or len(seeds) < 2:
+        return
+    from mathrl.data.loader import get_source
+
+    if not get_source(cfg.data.eval_source if cfg.data.eval_source is not None else cfg.data.source).is_generated:
+        return
+    origin = f"{study.path} (study.seeds: one generated held-out set for every seed)"
+    for r in study.runs:
+        r.overrides[:0] = [("data.eval_seed", seeds[0], origin)]
 
 
 def dump_study(study: Study, path: str | Path) -> Path:

@@ -121,6 +121,9 @@ class DataConfig:
     eval_path: Optional[str] = option(None, "Local file for eval_source (None = $MATHRL_DATA/<eval_source>/test.jsonl "
                                       "when that exists, else the hub).")
     eval_limit: int = option(64, "Number of held-out problems evaluated.", ge=1)
+    eval_seed: Optional[int] = option(None, "Seed of a generated held-out set (a generator's test split, e.g. "
+                                      "synthetic): None = train.seed. A study with several seeds pins it to its "
+                                      "smallest seed, so that every seed is evaluated on the same problems.")
     exclude_overlap_with: list[str] = option(
         list, "Evaluation sets (SOURCE or SOURCE=FILE; without a file $MATHRL_DATA/<source>/test.jsonl, else the "
         "hub) whose near-copies are dropped from the training problems before training: word 3-grams with numbers "

@@ -22,15 +22,15 @@ from mathrl.data.loader import get_source, local_copy
 from mathrl.data.overlap import exclude_overlap, load_exclusion_sets
 
 
-def generator_options(cfg: Config, source: str, n: int | None) -> dict[str, Any]:
+def generator_options(cfg: Config, source: str, n: int | None, *, seed: int | None = None) -> dict[str, Any]:
     """The options a generated source (``SourceSpec.generate``) is given from a training config:
-    ``n`` problems, the config's difficulty level and ``train.seed`` -- those of them the source
-    declares in ``SourceSpec.options``. A file or hub source gets none."""
+    ``n`` problems, the config's difficulty level and ``seed`` (None: ``train.seed``) -- those of them the
+    source declares in ``SourceSpec.options``. A file or hub source gets none."""
 
     spec = get_source(source)
     if not spec.is_generated:
         return {}
-    offered = {"n": n, "level": cfg.data.synthetic_level, "seed": cfg.train.seed}
+    offered = {"n": n, "level": cfg.data.synthetic_level, "seed": cfg.train.seed if seed is None else seed}
     return {k: v for k, v in offered.items() if k in spec.options and v is not None}
 
 
@@ -79,7 +79,7 @@ def heldout_problems(cfg) -> tuple[str, list]:
     * ``data.eval_source`` set: that source (``data.eval_path``, else ``$MATHRL_DATA/<source>/test.jsonl``
       when it exists, else its hub test split), first ``data.eval_limit`` problems;
     * else, for a generated source (``data.source = synthetic``): its ``test`` stream at
-      ``data.synthetic_level`` and seed ``train.seed`` -- a stream independent
+      ``data.synthetic_level`` and seed ``data.eval_seed`` (None: ``train.seed``) -- a stream independent
       of the training problems (the generator keys its RNG on the split) whose
       facts are disjoint from theirs: no held-out problem shares an (operands,
       operator) step with any problem of the training stream, of any length,
@@ -95,7 +95,8 @@ def heldout_problems(cfg) -> tuple[str, list]:
     limit = d.eval_limit
     generated = d.eval_source if d.eval_source is not None else d.source
     if _generated(generated):  # a generator's held-out draw is its ``test`` split
-        return generated, load_problems(generated, split="test", **generator_options(cfg, generated, limit))
+        return generated, load_problems(generated, split="test",
+                                        **generator_options(cfg, generated, limit, seed=d.eval_seed))
     if d.eval_source is not None:
 
         path = d.eval_path if d.eval_path is not None else local_copy(d.eval_source)
