@@ -55,6 +55,7 @@ class Kept:
         self.used: set[Path] = set()
         self._ablation: dict | None = None
         self._logs: dict[str, tuple[list[dict], list[dict]]] = {}
+        self._prm: dict[str, dict] = {}
 
     def file(self, rel: str) -> Path:
         path = self.root / rel
@@ -125,6 +126,33 @@ class Kept:
     def ablation_text(self, name: str) -> str:
         self.ablation()
         return (self._ablation_dir / name).read_text(encoding="utf-8")
+
+    def prm_record(self, rel: str) -> dict:
+        """A PRM record of the DeepSeekMath CPU study (an archive ``<name>.tar.gz`` holding the folder ``<name>/``),
+        read once: ``kept`` (its heldout_eval.json), ``again`` (the same recomputed from its labelled held-out
+        responses and kept step scores by mathrl's own evaluate_scored), ``train`` (the labelled training
+        responses) and, where the record keeps them, ``train_scores`` (the PRM's score of every training step)
+        and ``log`` (the stage's console log)."""
+        if rel not in self._prm:
+            import tarfile
+
+            from mathrl.prm.evaluation import evaluate_scored
+
+            name = Path(rel).name.removesuffix(".tar.gz")
+            with tarfile.open(self.file(rel)) as tar:
+                members = set(tar.getnames())
+
+                def read(member: str) -> bytes | None:
+                    return tar.extractfile(f"{name}/{member}").read() if f"{name}/{member}" in members else None
+
+                rec = {"kept": json.loads(read("heldout_eval.json")), "train": _jsonl(read("labels.jsonl")),
+                       "held": _jsonl(read("heldout_labels.jsonl"))}
+                scores, log = read("train_step_scores.json"), read("study.log")
+            rec["again"] = evaluate_scored(rec["held"], rec["kept"]["step_scores"])
+            rec["train_scores"] = None if scores is None else json.loads(scores)
+            rec["log"] = None if log is None else log.decode("utf-8")
+            self._prm[rel] = rec
+        return self._prm[rel]
 
     def run_log(self, rel: str) -> tuple[list[dict], list[dict]]:
         """(training rows, the trainer's evaluation rows) of a kept metrics log, as scripts/summarize_run.py
@@ -495,10 +523,20 @@ def _claims() -> list[Claim]:
         r"\d+ training responses \(\d+ right, \d+ steps\); on the \d+ held-out problems \(\d+ steps\) step AUC [\d.]+, "
         r"best-of-8 by the weakest step [\d.]+% against majority voting [\d.]+% and a random response [\d.]+%; "
         r"best-of-8 minus majority [-+][\d.]+ \[[-+][\d.]+, [-+][\d.]+\] \(one-sided bootstrap p [\d.]+, "
-        r"smallest detectable difference [\d.]+ points\)"), lambda k: initial_prm_phrase(initial_prm(k)[1])))
-    c.append(Claim(f"{DSM}/README.md", f"{DSM_PRM}: the kept heldout_eval.json, every field", lambda _t: "as kept",
-                   lambda k: (lambda kept, again: "as kept" if all(kept[key] == again[key] for key in kept)
-                              else f"differs in {[key for key in kept if kept[key] != again[key]]}")(*initial_prm(k))))
+        r"smallest detectable difference [\d.]+ points\)"), initial_prm_phrase))
+    # ... and its first, level-3 design, stopped in the PRM stage: README's and the study file's account of it
+    for rel in (DSM_PRM, DSM_L3):
+        c.append(Claim(f"{DSM}/README.md", f"{rel}: the kept heldout_eval.json, every field", lambda _t: "as kept",
+                       lambda k, rel=rel: prm_fields_as_kept(k, rel)))
+    c.append(Claim("README.md", "the level-3 PRM that learned nothing", phrase(
+        r"level-3 design; \d+ responses, lr 1e-5, \d+ epochs of 32 optimizer steps, \d+ right steps of \d+\) ended at "
+        r"loss [\d.]+ against [\d.]+, its mean score [\d.]+ on right training steps and [\d.]+ on wrong ones, step AUC "
+        r"[\d.]+ on its own training steps and [\d.]+ on held-out ones"), level3_readme_phrase))
+    c.append(Claim(f"{DSM}/README.md", "the level-3 design's samples and PRM", phrase(
+        r"right on \d+ of \d+ training samples and \d+ of \d+ held-out samples \([\d.]+% and [\d.]+%\), RFT kept \d+ "
+        r"correct responses in its first \d+ steps of 64 samples, and its PRM learned nothing \(lr 1e-5, 64 optimizer "
+        r"steps: mean score [\d.]+ on right training steps and [\d.]+ on wrong ones, step AUC [\d.]+ on its own "
+        r"training steps and [\d.]+ on held-out ones"), level3_study_phrase))
     # evaluation at the engine's speed: the counted passes and the summary line of scripts/bench_eval.py,
     # recomputed from its kept JSON by the script's own functions
     for doc, anchor in (("README.md", "The timed passes and the summary line"), (f"{BENCH}/console.txt", "bench_eval:")):
@@ -569,35 +607,82 @@ DSM = "docs/ablations/deepseekmath_cpu"
 DSM_PRM = f"{DSM}/run_archives/prm_initial-record.tar.gz"
 
 
-def _archived_jsonl(tar, name: str) -> list[dict]:
-    return [json.loads(line) for line in tar.extractfile(name).read().decode("utf-8").splitlines() if line.strip()]
+DSM_L3 = f"{DSM}/run_archives/prm_level3-record.tar.gz"
 
 
-def initial_prm(k: Kept) -> tuple[dict, dict]:
-    """(the kept held-out result of the CPU study's initial PRM, the same recomputed from its labelled held-out
-    responses and kept step scores by mathrl's own evaluate_scored; the training labels' counts under "train")."""
-    import tarfile
-
-    from mathrl.prm.evaluation import evaluate_scored
-
-    with tarfile.open(k.file(DSM_PRM)) as tar:
-        held = _archived_jsonl(tar, "prm_initial-record/heldout_labels.jsonl")
-        train = _archived_jsonl(tar, "prm_initial-record/labels.jsonl")
-        kept = json.loads(tar.extractfile("prm_initial-record/heldout_eval.json").read())
-    again = evaluate_scored(held, kept["step_scores"])
-    again["train"] = {"responses": len(train), "right": sum(bool(r["correct"]) for r in train),
-                      "steps": sum(len(r["ends"]) for r in train)}
-    return kept, again
+def _jsonl(data: bytes) -> list[dict]:
+    return [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]
 
 
-def initial_prm_phrase(r: dict) -> str:
+def prm_fields_as_kept(k: Kept, rel: str) -> str:
+    """Whether a PRM record's kept heldout_eval.json equals its recomputation in every field."""
+    kept, again = k.prm_record(rel)["kept"], k.prm_record(rel)["again"]
+    differ = [key for key in kept if kept[key] != again[key]]
+    return f"differs in {differ}" if differ else "as kept"
+
+
+def initial_prm_phrase(k: Kept) -> str:
+    rec = k.prm_record(DSM_PRM)
+    r, train = rec["again"], rec["train"]
     d = r["best_minus_majority"]
-    return (f"{r['train']['responses']} training responses ({r['train']['right']} right, {r['train']['steps']} steps); "
+    return (f"{len(train)} training responses ({sum(bool(x['correct']) for x in train)} right, "
+            f"{sum(len(x['ends']) for x in train)} steps); "
             f"on the {r['problems']:.0f} held-out problems ({r['steps']:.0f} steps) step AUC {r['step_auc']:.3f}, "
             f"best-of-8 by the weakest step {100 * r['best_of_n']:.1f}% against majority voting "
             f"{100 * r['majority']:.1f}% and a random response {100 * r['random']:.1f}%; best-of-8 minus majority "
             f"{_ci_text(d)} (one-sided bootstrap p {d['p_le_0']:.3f}, smallest detectable difference "
             f"{100 * d['mde']:.1f} points)")
+
+
+def level3_prm(k: Kept) -> dict:
+    """The figures of the CPU study's first (level-3) design, from its PRM record: sample counts, the PRM's
+    training log (epochs, last loss), the loss of predicting the soft labels' mean (mathrl's constant_loss), the
+    PRM's mean score on right and wrong training steps and its step AUC on training and held-out steps, and RFT's
+    correct responses over the logged sampling steps. The last loss is the log's text, as printed."""
+    from mathrl.algo.process import constant_loss, roc_auc
+
+    rec = k.prm_record(DSM_L3)
+    train, scores, log = rec["train"], rec["train_scores"], rec["log"] or ""
+    if scores is None or not log:
+        raise NoData(f"{DSM_L3} lacks train_step_scores.json or study.log")
+    steps = [(p, h > 0.5) for r, ps in zip(train, scores) for p, h in zip(ps, r["hard"])]
+    right, wrong = [p for p, h in steps if h], [p for p, h in steps if not h]
+    epochs = re.findall(r"prm train: epoch \d+/(\d+): loss", log)
+    last = re.findall(r"last loss ([\d.]+)", log)
+    kept_rft = [int(n) for n in re.findall(r"kept (\d+) correct responses", log)]
+    if not epochs or not last or not kept_rft:
+        raise NoData(f"{DSM_L3}: study.log lacks the PRM's epoch lines, its last loss or RFT's sampling lines")
+    return {"responses": len(train), "right": sum(bool(r["correct"]) for r in train),
+            "held": len(rec["held"]), "held_right": sum(bool(r["correct"]) for r in rec["held"]),
+            "steps": len(steps), "right_steps": len(right), "epochs": int(epochs[-1]), "last_loss": last[-1],
+            "constant": constant_loss([s for r in train for s in r["soft"]]),
+            "mean_right": sum(right) / len(right), "mean_wrong": sum(wrong) / len(wrong),
+            "auc_train": roc_auc([p for p, _ in steps], [h for _, h in steps]), "auc_held": rec["again"]["step_auc"],
+            "rft_steps": len(kept_rft), "rft_kept": sum(kept_rft)}
+
+
+def _pct(a: int, b: int) -> str:
+    return f"{100 * a / b:.1f}%"
+
+
+def _scores_text(f: dict) -> str:
+    return (f"mean score {f['mean_right']:.3f} on right training steps and {f['mean_wrong']:.3f} on wrong ones, "
+            f"step AUC {f['auc_train']:.2f} on its own training steps and {f['auc_held']:.2f} on held-out ones")
+
+
+def level3_readme_phrase(k: Kept) -> str:
+    f = level3_prm(k)
+    return (f"level-3 design; {f['responses']} responses, lr 1e-5, {f['epochs']} epochs of 32 optimizer steps, "
+            f"{f['right_steps']} right steps of {f['steps']}) ended at loss {f['last_loss']} against "
+            f"{f['constant']:.3f}, its {_scores_text(f)}")
+
+
+def level3_study_phrase(k: Kept) -> str:
+    f = level3_prm(k)
+    return (f"right on {f['right']} of {f['responses']} training samples and {f['held_right']} of {f['held']} "
+            f"held-out samples ({_pct(f['right'], f['responses'])} and {_pct(f['held_right'], f['held'])}), RFT kept "
+            f"{f['rft_kept']} correct responses in its first {f['rft_steps']} steps of 64 samples, and its PRM "
+            f"learned nothing (lr 1e-5, 64 optimizer steps: {_scores_text(f)}")
 
 
 ABLATION_README: list[tuple[str, str, Callable[[Kept], str]]] = [
@@ -676,7 +761,7 @@ NOT_CLAIMS: dict[str, str] = {
         "a study report whose held-out accuracies are withdrawn (its report.md says so; listed in WITHDRAWN)",
     rf"{WP}/(rerun_40steps|first_run)/metrics_summary\.md":
         "10-step means of a training metrics log that was not kept (training curves, not an evaluation)",
-    r"docs/ablations/deepseekmath_cpu/run_archives/(?!prm_initial-record\.)[\w.-]+\.tar\.gz":
+    r"docs/ablations/deepseekmath_cpu/run_archives/(?!prm_\w+-record\.)[\w.-]+\.tar\.gz":
         "a finished run of the study in progress: no figure of it is published until the study's report, which is "
         "then recomputed from these archives like the word-problem study's",
 }

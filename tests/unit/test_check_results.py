@@ -223,27 +223,68 @@ def test_a_prose_phrase_matches_wherever_its_line_wraps():
         find("smallest adjusted-p 0.10 over 18 contrasts")
 
 
+def _rewrite_record(copy: Path, name: str, edit) -> None:
+    """Unpack the study's PRM record ``name`` in the copy, let ``edit(folder)`` change its files, pack it again."""
+    import tarfile
+
+    archive = copy / "docs/ablations/deepseekmath_cpu/run_archives" / f"{name}.tar.gz"
+    work = copy / "unpacked"
+    with tarfile.open(archive) as tar:
+        tar.extractall(work, filter="data")
+    edit(work / name)
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(work / name, arcname=name)
+    shutil.rmtree(work)
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+
+
 @pytest.mark.slow
 def test_the_initial_prm_figures_recompute_from_the_archived_labels_and_scores(copy):
     """The CPU study's initial PRM: its README phrase and its kept heldout_eval.json are recomputed from the
     archived held-out labels and step scores. Every step score of one held-out problem's responses turned into
     1 - score (as if the kept result and the scores disagreed) fails exactly those two claims."""
-    import tarfile
+    def invert_one_problem(folder: Path) -> None:
+        path = folder / "heldout_eval.json"
+        kept = json.loads(path.read_text(encoding="utf-8"))
+        held = _jsonl(folder / "heldout_labels.jsonl")
+        for i, r in enumerate(held):
+            if r["problem_id"] == held[0]["problem_id"]:
+                kept["step_scores"][i] = [1.0 - p for p in kept["step_scores"][i]]
+        path.write_text(json.dumps(kept), encoding="utf-8")
 
-    archive = copy / "docs/ablations/deepseekmath_cpu/run_archives/prm_initial-record.tar.gz"
-    work = copy / "unpacked"
-    with tarfile.open(archive) as tar:
-        tar.extractall(work, filter="data")
-    path = work / "prm_initial-record" / "heldout_eval.json"
-    kept = json.loads(path.read_text(encoding="utf-8"))
-    held = [json.loads(x) for x in (work / "prm_initial-record" / "heldout_labels.jsonl").read_text().splitlines()]
-    for i, r in enumerate(held):
-        if r["problem_id"] == held[0]["problem_id"]:
-            kept["step_scores"][i] = [1.0 - p for p in kept["step_scores"][i]]
-    path.write_text(json.dumps(kept), encoding="utf-8")
-    with tarfile.open(archive, "w:gz") as tar:
-        tar.add(work / "prm_initial-record", arcname="prm_initial-record")
-    shutil.rmtree(work)
+    _rewrite_record(copy, "prm_initial-record", invert_one_problem)
     bad = _failures(copy)
     assert len(bad) == 2 and all("deepseekmath_cpu" in line for line in bad), bad
     assert any("the initial PRM's labels and held-out measurement" in line for line in bad), bad
+
+
+@pytest.mark.slow
+def test_the_level3_prm_figures_recompute_from_its_record(copy):
+    """The study's first (level-3) PRM stage, which learned nothing: README's and the study README's figures
+    are recomputed from its record (labels, the PRM's score of every training step, the stage's log). Right
+    training steps scored 0.9 (a PRM that had learned) fail exactly those two claims; the log's last loss
+    changed fails only README's (the one that prints it)."""
+    def right_steps_high(folder: Path) -> None:
+        train = _jsonl(folder / "labels.jsonl")
+        path = folder / "train_step_scores.json"
+        scores = json.loads(path.read_text(encoding="utf-8"))
+        path.write_text(json.dumps([[0.9 if h > 0.5 else p for p, h in zip(ps, r["hard"])]
+                                    for ps, r in zip(scores, train)]), encoding="utf-8")
+
+    _rewrite_record(copy, "prm_level3-record", right_steps_high)
+    bad = _failures(copy)
+    assert len(bad) == 2 and all("level-3" in line for line in bad), bad
+
+    def other_loss(folder: Path) -> None:
+        log = folder / "study.log"
+        log.write_text(log.read_text(encoding="utf-8").replace("last loss 0.4985", "last loss 0.1000"),
+                       encoding="utf-8")
+
+    shutil.copy(ROOT / "docs/ablations/deepseekmath_cpu/run_archives/prm_level3-record.tar.gz",
+                copy / "docs/ablations/deepseekmath_cpu/run_archives/prm_level3-record.tar.gz")
+    _rewrite_record(copy, "prm_level3-record", other_loss)
+    bad = _failures(copy)
+    assert len(bad) == 1 and "README.md: the level-3 PRM that learned nothing" in bad[0], bad
