@@ -170,6 +170,10 @@ SAME_AS_BEFORE = {"train.micro_batch_tokens": ((8192, "auto"),)}
 RESOLVED_AUTO = {"algo.clip_low": lambda c: c.clip_low, "algo.clip_high": lambda c: c.clip_high,
                  "algo.loss_agg": lambda c: c.loss_agg}
 
+# fields mathrl gained after runs were recorded, with the value such a run effectively had: before
+# data.eval_seed a generated held-out set was drawn with train.seed (issue 41)
+IMPLIED_BEFORE = {"data.eval_seed": lambda recorded: recorded.get("train", {}).get("seed")}
+
 
 def result_config(cfg_dict: dict) -> dict:
     """The config as recorded in DONE.json, less the keys that cannot change the result."""
@@ -189,7 +193,8 @@ def result_config(cfg_dict: dict) -> dict:
 def config_differences(recorded: dict, cfg: Config) -> list[str]:
     """Keys (``section.field``) whose value in ``cfg`` differs from a finished run's recorded config,
     less the result-neutral ones. A field the record lacks (added to mathrl after the run) counts as
-    different only when ``cfg`` sets it to something other than its default."""
+    different only when ``cfg`` sets it to something other than its default or, for the fields of
+    ``IMPLIED_BEFORE``, than the value the run effectively had."""
     defaults = result_config(Config().to_dict())
     old, new = result_config(recorded), result_config(cfg.to_dict())
     out = []
@@ -197,6 +202,9 @@ def config_differences(recorded: dict, cfg: Config) -> list[str]:
         o, n, d = old.get(section, {}), new.get(section, {}), defaults.get(section, {})
         for key in sorted(set(o) | set(n)):
             if key not in o and key in d and n.get(key) == d[key]:
+                continue
+            implied = IMPLIED_BEFORE.get(f"{section}.{key}")
+            if key not in o and implied is not None and n.get(key) == implied(recorded):
                 continue
             if (o.get(key), n.get(key)) in SAME_AS_BEFORE.get(f"{section}.{key}", ()):
                 continue

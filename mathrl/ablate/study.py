@@ -412,18 +412,19 @@ def _pin_heldout_seed(study: Study) -> None:
     study would be evaluated on different problems (other wordings, other ids) and no run could be paired with
     another seed's run or baseline. Unless the study sets ``data.eval_seed`` itself (base, base recipe or command
     line), every run gets ``data.eval_seed`` = the smallest ``train.seed`` of the study's runs, first among its
-    overrides (a run's own setting still wins)."""
+    overrides; a run that sets it itself (its own setting, or a study written by :func:`dump_study`) keeps it."""
     cfg = base_config(study)
     seeds = sorted({v for r in study.runs for k, v, _ in r.overrides if k == "train.seed"})
     if cfg.data.eval_seed is not None or len(seeds) < 2:
         return
-    from mathrl.data.loader import get_source
+    from mathrl.data.splits import generated_heldout_source
 
-    if not get_source(cfg.data.eval_source if cfg.data.eval_source is not None else cfg.data.source).is_generated:
+    if generated_heldout_source(cfg) is None:
         return
     origin = f"{study.path} (study.seeds: one generated held-out set for every seed)"
     for r in study.runs:
-        r.overrides[:0] = [("data.eval_seed", seeds[0], origin)]
+        if not any(k == "data.eval_seed" for k, _, _ in r.overrides):
+            r.overrides.insert(0, ("data.eval_seed", seeds[0], origin))
 
 
 def dump_study(study: Study, path: str | Path) -> Path:

@@ -73,6 +73,14 @@ def _without_overlap(problems: list, specs: list[str], threshold: float) -> list
     return problems
 
 
+def generated_heldout_source(cfg) -> str | None:
+    """The generated source whose ``test`` draw is the held-out set of ``cfg`` (``data.eval_source``, else
+    ``data.source``, when it is a generator, e.g. ``synthetic``), else None (a file or hub set)."""
+    d = cfg.data
+    source = d.eval_source if d.eval_source is not None else d.source
+    return source if _generated(source) else None
+
+
 def heldout_problems(cfg) -> tuple[str, list]:
     """The held-out evaluation set of a training config: ``(name, problems)``.
 
@@ -93,8 +101,8 @@ def heldout_problems(cfg) -> tuple[str, list]:
 
     d = cfg.data
     limit = d.eval_limit
-    generated = d.eval_source if d.eval_source is not None else d.source
-    if _generated(generated):  # a generator's held-out draw is its ``test`` split
+    generated = generated_heldout_source(cfg)
+    if generated is not None:  # a generator's held-out draw is its ``test`` split
         return generated, load_problems(generated, split="test",
                                         **generator_options(cfg, generated, limit, seed=d.eval_seed))
     if d.eval_source is not None:

@@ -10,7 +10,7 @@ import torch
 import yaml
 
 from mathrl.ablate.cli import main as ablate_main
-from mathrl.ablate.study import load_study, run_config
+from mathrl.ablate.study import dump_study, load_study, run_config
 from mathrl.config import ConfigError
 from mathrl.config.rules import inert_settings
 
@@ -207,8 +207,6 @@ def test_cli_trains_each_run_in_a_worker_process(tmp_path, digit_model_dir, capf
 
 
 def test_dump_study_round_trips_the_expanded_runs(tmp_path):
-    from mathrl.ablate.study import dump_study
-
     s = load_study(ROOT / "configs/ablations/deepseekmath_gsm8k.yaml", out=tmp_path / "o")
     s.runs[2].overrides.append(("train.steps", 2, "edited"))
     again = load_study(dump_study(s, tmp_path / "copy.yaml"))
@@ -295,6 +293,13 @@ def test_config_differences_ignore_neutral_keys_and_fields_added_later():
     assert config_differences(rec, cfg) == []
     rec["train"]["micro_batch_tokens"] = 2048
     assert config_differences(rec, cfg) == ["train.micro_batch_tokens"]
+    # issue 41: a run recorded before data.eval_seed drew its generated held-out set with train.seed, so a study
+    # pinning data.eval_seed to that seed gives it the same config, and another seed does not
+    rec = load_config(None, ["train.seed=1"]).to_dict()
+    del rec["data"]["eval_seed"]
+    assert config_differences(rec, load_config(None, ["train.seed=1", "data.eval_seed=1"])) == []
+    assert config_differences(rec, load_config(None, ["train.seed=1"])) == []
+    assert config_differences(rec, load_config(None, ["train.seed=1", "data.eval_seed=0"])) == ["data.eval_seed"]
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "configs" / "ablations").glob("*.yaml")), ids=lambda p: p.name)
@@ -339,6 +344,11 @@ def test_a_multi_seed_study_evaluates_every_seed_on_one_generated_heldout_set(tm
     ids = {n: [p.id for p in heldout_problems(c)[1]] for n, c in cfgs.items()}
     assert ids["grpo-seed3"] == ids["grpo-seed1"] and ids["grpo-seed1"][0].startswith("synthetic/test/L2/s1/")
     assert ids["rft-seed3"] == ids["rft-seed1"] != ids["grpo-seed1"]
+    # a study written out and read again pins once (each run's overrides set data.eval_seed once), the same way
+    again = load_study(dump_study(s, tmp_path / "dumped.yaml"))
+    assert [[k for k, _, _ in r.overrides].count("data.eval_seed") for r in again.runs] == [1, 1, 1, 1]
+    assert {r.name: run_config(again, r).data.eval_seed for r in again.runs} == {
+        n: c.data.eval_seed for n, c in cfgs.items()}
     # outside a study the held-out draw follows train.seed, unless data.eval_seed is set
     one = cfgs["grpo-seed3"]
     one.data.eval_seed = None
