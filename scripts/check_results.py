@@ -53,9 +53,10 @@ class Kept:
         self._evals: dict[str, tuple[dict, dict]] = {}
         self._pairs: dict[tuple[str, str], dict] = {}
         self.used: set[Path] = set()
-        self._ablation: dict | None = None
+        self._ablations: dict[str, tuple[dict, Path]] = {}
         self._logs: dict[str, tuple[list[dict], list[dict]]] = {}
         self._prm: dict[str, dict] = {}
+        self._tmps: list = []  # the regenerated studies' folders, removed with this object
 
     def file(self, rel: str) -> Path:
         path = self.root / rel
@@ -98,34 +99,38 @@ class Kept:
             self._pairs[(a, b)] = compare_summaries(ra, rb, self.root / a, self.root / b)
         return self._pairs[(a, b)]
 
-    def ablation(self) -> dict:
-        """The word-problem study's report data, regenerated from its archived run folders (once)."""
-        if self._ablation is None:
+    def ablation(self, study_dir: str = "") -> dict:
+        """A study's report data, regenerated from the run folders archived in ``<study_dir>/run_archives``
+        (PRM records, ``*-record.tar.gz``, left out) with its study file (``STUDY_FILES``), once; default: the
+        word-problem study."""
+        study_dir = study_dir or ABL
+        if study_dir not in self._ablations:
             import tarfile
             import tempfile
 
             from mathrl.ablate.report import write_study_report
             from mathrl.ablate.study import load_study
 
-            archives = sorted((self.root / ABL / "run_archives").glob("*.tar.gz"))
+            archives = [a for a in sorted((self.root / study_dir / "run_archives").glob("*.tar.gz"))
+                        if not a.name.endswith("-record.tar.gz")]
             if not archives:
-                raise NoData(f"{ABL}/run_archives/*.tar.gz are missing")
-            self._tmp = tempfile.TemporaryDirectory(prefix="check_results_")
-            out = Path(self._tmp.name) / "wordproblems_cpu"
+                raise NoData(f"{study_dir}/run_archives/*.tar.gz are missing")
+            tmp = tempfile.TemporaryDirectory(prefix="check_results_")
+            self._tmps.append(tmp)
+            out = Path(tmp.name) / Path(study_dir).name
             out.mkdir()
             for archive in archives:
                 self.used.add(archive)
                 with tarfile.open(archive) as tar:
                     tar.extractall(out, filter="data")
-            study = load_study(self.file(ABL_STUDY), out=out)
+            study = load_study(self.file(STUDY_FILES[study_dir]), out=out)
             with contextlib.redirect_stdout(io.StringIO()):  # the report prints its run table
-                self._ablation = write_study_report(study, log=lambda m: None)
-            self._ablation_dir = out
-        return self._ablation
+                self._ablations[study_dir] = (write_study_report(study, log=lambda m: None), out)
+        return self._ablations[study_dir][0]
 
-    def ablation_text(self, name: str) -> str:
-        self.ablation()
-        return (self._ablation_dir / name).read_text(encoding="utf-8")
+    def ablation_text(self, name: str, study_dir: str = "") -> str:
+        self.ablation(study_dir)
+        return (self._ablations[study_dir or ABL][1] / name).read_text(encoding="utf-8")
 
     def prm_record(self, rel: str) -> dict:
         """A PRM record of the DeepSeekMath CPU study (an archive ``<name>.tar.gz`` holding the folder ``<name>/``),
@@ -608,6 +613,7 @@ DSM_PRM = f"{DSM}/run_archives/prm_initial-record.tar.gz"
 
 
 DSM_L3 = f"{DSM}/run_archives/prm_level3-record.tar.gz"
+STUDY_FILES = {ABL: ABL_STUDY, DSM: "configs/ablations/deepseekmath_cpu.yaml"}
 
 
 def _jsonl(data: bytes) -> list[dict]:
