@@ -6,6 +6,13 @@ B - A. When both runs evaluated the same problems (same ids) the difference
 gets a *paired* bootstrap interval (problems resampled jointly, so per-problem
 difficulty cancels) and ``p(B<=A)``, the share of resamples in which B is not
 better; a gain whose interval excludes 0 is unlikely to be noise.
+
+Every row is a test, so a table of several benchmarks and metrics is a family:
+``Holm p`` is Holm's step-down adjustment of the row's ``p(B<=A)`` over all the
+p-values of the comparison (``holm_family`` in compare.json; valid under any
+dependence between the metrics, which read the same samples). Read a row's own
+p only for the one metric chosen before the evaluation; claim any other row,
+or several, by its Holm p.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ import json
 from pathlib import Path
 
 from mathrl.config import ConfigError
-from mathrl.eval.metrics import paired_bootstrap_diff
+from mathrl.eval.metrics import holm, paired_bootstrap_diff
 from mathrl.eval.report import load_summary, md_table, pct, pyplot
 from mathrl.eval.runner import EvalSettings, per_problem_scores, read_records, samples_path
 
@@ -95,6 +102,10 @@ def compare_summaries(a: dict, b: dict, dir_a: Path | None = None, dir_b: Path |
                                     "metrics": rows,
                                     "mean_length": [ba["mean_length"], bb["mean_length"]],
                                     "truncation_rate": [ba["truncation_rate"], bb["truncation_rate"]]}
+    tested = [r for bench in out["benchmarks"].values() for r in bench["metrics"].values() if "p_b_le_a" in r]
+    for r, adjusted in zip(tested, holm([r["p_b_le_a"] for r in tested])):
+        r["p_holm"] = adjusted
+    out["holm_family"] = len(tested)
     return out
 
 
@@ -105,7 +116,7 @@ def format_ci(v, ci) -> str:
 
 
 def _rows(cmp: dict) -> tuple[list[str], list[list[str]]]:
-    header = ["benchmark", "metric", "A", "B", "B - A", "95% CI of B - A", "p(B<=A)"]
+    header = ["benchmark", "metric", "A", "B", "B - A", "95% CI of B - A", "p(B<=A)", "Holm p"]
     rows = []
     for bench, b in cmp["benchmarks"].items():
         for metric, r in b["metrics"].items():
@@ -113,17 +124,25 @@ def _rows(cmp: dict) -> tuple[list[str], list[list[str]]]:
             rows.append([bench, metric, format_ci(r["a"], r["a_ci"]), format_ci(r["b"], r["b_ci"]),
                          f"{100 * r['diff']:+.1f}",
                          f"[{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]" if ci else "unpaired",
-                         f"{r['p_b_le_a']:.3f}" if "p_b_le_a" in r else "-"])
+                         f"{r['p_b_le_a']:.3f}" if "p_b_le_a" in r else "-",
+                         f"{r['p_holm']:.3f}" if "p_holm" in r else "-"])
         rows.append([bench, "mean len", f"{b['mean_length'][0]:.1f}", f"{b['mean_length'][1]:.1f}",
-                     f"{b['mean_length'][1] - b['mean_length'][0]:+.1f}", "", ""])
+                     f"{b['mean_length'][1] - b['mean_length'][0]:+.1f}", "", "", ""])
     return header, rows
 
 
+def _holm_note(cmp: dict) -> str:
+    m = cmp.get("holm_family", 0)
+    return (f"Holm p: p(B<=A) adjusted over the {m} p-values of this comparison (Holm 1979); read a row's own "
+            "p only for the one metric chosen before the evaluation" if m > 1 else "")
+
+
 def compare_markdown(cmp: dict, run_a, run_b) -> str:
-    """``compare.md``: the two models, their folders and the table."""
+    """``compare.md``: the two models, their folders, the table and, for several tests, what Holm p is."""
     header, rows = _rows(cmp)
+    note = _holm_note(cmp)
     return (f"# Comparison\n\n- A: `{cmp['a']['model']}` ({run_a})\n- B: `{cmp['b']['model']}` ({run_b})\n\n"
-            f"{md_table(header, rows)}\n")
+            f"{md_table(header, rows)}\n" + (f"\n{note}.\n" if note else ""))
 
 
 def format_compare(cmp: dict) -> str:
@@ -142,6 +161,8 @@ def format_compare(cmp: dict) -> str:
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
     lines.append("metrics in %; A and B with 95% bootstrap intervals over problems; B - A with a paired bootstrap "
                  "interval when both runs scored the same problems")
+    if _holm_note(cmp):
+        lines.append(_holm_note(cmp))
     return "\n".join(lines)
 
 

@@ -169,6 +169,51 @@ def test_compare_pairs_the_problems_both_runs_scored(tmp_path):
     assert "paired over the 4 problems both scored" in format_compare(cmp)
 
 
+def _toy_runs(tmp_path, name, benches: dict):
+    """An evaluation folder with several benchmarks: ``benches`` maps a name to (texts per problem, golds)."""
+    from mathrl.eval.report import write_report
+
+    s = EvalSettings(n=2, ks=(1, 2), greedy=False, ci_resamples=300)
+    d, summary = tmp_path / name, {"model": name, "command": "test", "backend": "none", "settings": s.to_dict(),
+                                   "benchmarks": {}}
+    for bench, (texts, golds) in benches.items():
+        recs = [_rec(f"p{i}", g, t) for i, (t, g) in enumerate(zip(texts, golds))]
+        grade_records(recs, s)
+        write_records(d / bench / "samples.jsonl", recs)
+        summary["benchmarks"][bench] = summarize(recs, s, name=bench)
+    write_report(d, summary)
+    return d, summary
+
+
+def test_compare_adjusts_every_rows_p_over_the_whole_comparison(tmp_path):
+    """Every row of --compare is a test: Holm's adjustment runs over the p-values of all benchmarks and metrics
+    of the comparison (here 2 benchmarks x pass@1, pass@2, maj@2 = 6), so the smallest p is multiplied by 6,
+    and the table and compare.md say what Holm p is."""
+    from mathrl.eval.compare import compare_markdown, compare_summaries, format_compare
+
+    golds = [str(i) for i in range(30)]
+    right, wrong, half = (lambda i: [f"\\boxed{{{i}}}"] * 2), (lambda i: ["\\boxed{x}"] * 2), \
+        (lambda i: [f"\\boxed{{{i}}}", "\\boxed{x}"])
+    # A: problems 0-9 right; B on toy: 2-15 right (6 gained, 2 lost); B on toy2: one of two samples right on 0-15
+    a_texts = [right(i) if i < 10 else wrong(i) for i in range(30)]
+    b_toy = [wrong(i) if i < 2 else right(i) if i < 16 else wrong(i) for i in range(30)]
+    b_toy2 = [half(i) if i < 16 else wrong(i) for i in range(30)]
+    da, a = _toy_runs(tmp_path, "a", {"toy": (a_texts, golds), "toy2": (a_texts, golds)})
+    db, b = _toy_runs(tmp_path, "b", {"toy": (b_toy, golds), "toy2": (b_toy2, golds)})
+    cmp = compare_summaries(a, b, da, db, resamples=400)
+    rows = [r for bench in ("toy", "toy2") for r in cmp["benchmarks"][bench]["metrics"].values()]
+    assert cmp["holm_family"] == len(rows) == 6 and all("p_holm" in r for r in rows)
+    ps = sorted(r["p_b_le_a"] for r in rows)
+    assert 0 < ps[0] < ps[-1] < 1                                      # real, different p-values
+    low = min(rows, key=lambda r: r["p_b_le_a"])
+    assert low["p_holm"] == pytest.approx(min(1.0, 6 * low["p_b_le_a"]))  # 6 tests, not 3 per benchmark
+    assert all(r["p_holm"] >= r["p_b_le_a"] for r in rows)
+    assert "Holm p" in format_compare(cmp).splitlines()[2]
+    assert "adjusted over the 6 p-values of this comparison" in format_compare(cmp)
+    md = compare_markdown(cmp, da, db)
+    assert "| p(B<=A) | Holm p |" in md and "adjusted over the 6 p-values" in md
+
+
 def test_find_checkpoints_layouts(tmp_path):
     from mathrl.eval.series import find_checkpoints
 
