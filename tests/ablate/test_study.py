@@ -101,6 +101,13 @@ def test_shipped_studies_load():
         "train": {**higher.to_dict()["train"], "output_dir": run_config(gpu, gpu.run("grpo-mb16")).train.output_dir}}
     # no run of the GPU study carries a setting that cannot act (clip-higher with one update per batch)
     assert [r.name for r in gpu.runs if inert_settings(run_config(gpu, r))] == []
+    # its confirmatory family, declared before any run: the CPU study's 16 contrasts at the paper's rate 1e-6
+    assert gpu.primary_metric == "pass@1" and len(gpu.contrasts) == 16
+    assert {g for pair in gpu.contrasts for g in pair} - {"before"} == {
+        "rft-lr1e-06", "online_rft-lr1e-06", "dpo-lr1e-06", "grpo-lr1e-06", "grpo_ps-lr1e-06", "ppo-lr1e-06",
+        "grpo-iterative", "grpo_ps-iterative"}
+    declared = {g for pair in gpu.contrasts for g in pair}
+    assert all(run_config(gpu, r).train.lr == 1e-6 for r in gpu.runs if r.group in declared)
 
 
 def test_print_commands_lists_pending_runs_then_the_report(tmp_path, capsys):
