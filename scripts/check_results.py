@@ -56,6 +56,7 @@ class Kept:
         self._ablations: dict[str, tuple[dict, Path]] = {}
         self._logs: dict[str, tuple[list[dict], list[dict]]] = {}
         self._prm: dict[str, dict] = {}
+        self._once: dict[str, object] = {}
         self._tmps: list = []  # the regenerated studies' folders, removed with this object
 
     def file(self, rel: str) -> Path:
@@ -101,7 +102,7 @@ class Kept:
 
     def ablation(self, study_dir: str = "") -> dict:
         """A study's report data, regenerated from the run folders archived in ``<study_dir>/run_archives``
-        (PRM records, ``*-record.tar.gz``, left out) with its study file (``STUDY_FILES``), once; default: the
+        (stage records, named ``*-record.tar.gz`` (RECORD_SUFFIX), left out) with its study file (``STUDY_FILES``), once; default: the
         word-problem study."""
         study_dir = study_dir or ABL
         if study_dir not in self._ablations:
@@ -112,7 +113,7 @@ class Kept:
             from mathrl.ablate.study import load_study
 
             archives = [a for a in sorted((self.root / study_dir / "run_archives").glob("*.tar.gz"))
-                        if not a.name.endswith("-record.tar.gz")]
+                        if not a.name.endswith(RECORD_SUFFIX)]
             if not archives:
                 raise NoData(f"{study_dir}/run_archives/*.tar.gz are missing")
             tmp = tempfile.TemporaryDirectory(prefix="check_results_")
@@ -147,17 +148,27 @@ class Kept:
             with tarfile.open(self.file(rel)) as tar:
                 members = set(tar.getnames())
 
-                def read(member: str) -> bytes | None:
-                    return tar.extractfile(f"{name}/{member}").read() if f"{name}/{member}" in members else None
+                def read(member: str, required: bool = True) -> bytes | None:
+                    if f"{name}/{member}" in members:
+                        return tar.extractfile(f"{name}/{member}").read()
+                    if required:
+                        raise NoData(f"{rel} lacks {name}/{member}")
+                    return None
 
                 rec = {"kept": json.loads(read("heldout_eval.json")), "train": _jsonl(read("labels.jsonl")),
                        "held": _jsonl(read("heldout_labels.jsonl"))}
-                scores, log = read("train_step_scores.json"), read("study.log")
+                scores, log = read("train_step_scores.json", False), read("study.log", False)
             rec["again"] = evaluate_scored(rec["held"], rec["kept"]["step_scores"])
             rec["train_scores"] = None if scores is None else json.loads(scores)
             rec["log"] = None if log is None else log.decode("utf-8")
             self._prm[rel] = rec
         return self._prm[rel]
+
+    def once(self, key: str, compute: Callable[["Kept"], object]):
+        """``compute(self)``, computed at the first call for ``key`` (figures several claims share)."""
+        if key not in self._once:
+            self._once[key] = compute(self)
+        return self._once[key]
 
     def run_log(self, rel: str) -> tuple[list[dict], list[dict]]:
         """(training rows, the trainer's evaluation rows) of a kept metrics log, as scripts/summarize_run.py
@@ -529,7 +540,7 @@ def _claims() -> list[Claim]:
         r"best-of-8 by the weakest step [\d.]+% against majority voting [\d.]+% and a random response [\d.]+%; "
         r"best-of-8 minus majority [-+][\d.]+ \[[-+][\d.]+, [-+][\d.]+\] \(one-sided bootstrap p [\d.]+, "
         r"smallest detectable difference [\d.]+ points\)"), initial_prm_phrase))
-    # ... and its first, level-3 design, stopped in the PRM stage: README's and the study file's account of it
+    # ... and its first, level-3 design, stopped in the PRM stage: README's and the study README's account of it
     for rel in (DSM_PRM, DSM_L3):
         c.append(Claim(f"{DSM}/README.md", f"{rel}: the kept heldout_eval.json, every field", lambda _t: "as kept",
                        lambda k, rel=rel: prm_fields_as_kept(k, rel)))
@@ -613,6 +624,9 @@ DSM_PRM = f"{DSM}/run_archives/prm_initial-record.tar.gz"
 
 
 DSM_L3 = f"{DSM}/run_archives/prm_level3-record.tar.gz"
+# A study's run_archives holds its runs' folders and, named with this suffix, records of a stage (a PRM's labels
+# and scores) that are not runs of the report.
+RECORD_SUFFIX = "-record.tar.gz"
 STUDY_FILES = {ABL: ABL_STUDY, DSM: "configs/ablations/deepseekmath_cpu.yaml"}
 
 
@@ -641,6 +655,10 @@ def initial_prm_phrase(k: Kept) -> str:
 
 
 def level3_prm(k: Kept) -> dict:
+    return k.once("level3_prm", _level3_prm)
+
+
+def _level3_prm(k: Kept) -> dict:
     """The figures of the CPU study's first (level-3) design, from its PRM record: sample counts, the PRM's
     training log (epochs, last loss), the loss of predicting the soft labels' mean (mathrl's constant_loss), the
     PRM's mean score on right and wrong training steps and its step AUC on training and held-out steps, and RFT's
@@ -767,7 +785,7 @@ NOT_CLAIMS: dict[str, str] = {
         "a study report whose held-out accuracies are withdrawn (its report.md says so; listed in WITHDRAWN)",
     rf"{WP}/(rerun_40steps|first_run)/metrics_summary\.md":
         "10-step means of a training metrics log that was not kept (training curves, not an evaluation)",
-    r"docs/ablations/deepseekmath_cpu/run_archives/(?!prm_\w+-record\.)[\w.-]+\.tar\.gz":
+    rf"{DSM}/run_archives/(?![\w.-]+{re.escape(RECORD_SUFFIX)}$)[\w.-]+\.tar\.gz":
         "a finished run of the study in progress: no figure of it is published until the study's report, which is "
         "then recomputed from these archives like the word-problem study's",
 }

@@ -119,17 +119,7 @@ def test_settings_validation():
 
 
 def _toy_run(tmp_path, name, texts_per_problem, golds):
-    from mathrl.eval.report import write_report
-
-    s = EvalSettings(n=2, ks=(1, 2), greedy=False, ci_resamples=300)
-    recs = [_rec(f"p{i}", g, t) for i, (t, g) in enumerate(zip(texts_per_problem, golds))]
-    grade_records(recs, s)
-    d = tmp_path / name
-    write_records(d / "toy" / "samples.jsonl", recs)
-    summary = {"model": name, "command": "test", "backend": "none", "settings": s.to_dict(),
-               "benchmarks": {"toy": summarize(recs, s, name="toy")}}
-    write_report(d, summary)
-    return d, summary
+    return _toy_runs(tmp_path, name, {"toy": (texts_per_problem, golds)})
 
 
 def test_compare_paired_gain(tmp_path):

@@ -288,3 +288,13 @@ def test_the_level3_prm_figures_recompute_from_its_record(copy):
     _rewrite_record(copy, "prm_level3-record", other_loss)
     bad = _failures(copy)
     assert len(bad) == 1 and "README.md: the level-3 PRM that learned nothing" in bad[0], bad
+
+
+@pytest.mark.slow
+def test_a_prm_record_without_a_required_file_is_no_data(copy):
+    """A PRM record that lost its held-out labels reports NO DATA for the claims that read it, naming the
+    archive and the missing member, instead of stopping the check with a TypeError."""
+    _rewrite_record(copy, "prm_initial-record", lambda folder: (folder / "heldout_labels.jsonl").unlink())
+    bad = _failures(copy)
+    assert len(bad) == 2 and all(line.startswith("NO DATA") for line in bad), bad
+    assert all("prm_initial-record.tar.gz lacks prm_initial-record/heldout_labels.jsonl" in line for line in bad), bad
