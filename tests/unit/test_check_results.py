@@ -45,7 +45,7 @@ def test_every_recorded_figure_recomputes_from_the_kept_samples():
 
 @pytest.fixture
 def copy(tmp_path) -> Path:
-    """The files the check reads: README, docs/results/, docs/ablations/ and the word-problem study's configs."""
+    """The files the check reads: README, docs/results/, docs/ablations/ and the ablation studies' configs."""
     root = tmp_path / "repo"
     root.mkdir()
     shutil.copy(ROOT / "README.md", root / "README.md")
@@ -54,6 +54,8 @@ def copy(tmp_path) -> Path:
     (root / "configs" / "ablations").mkdir(parents=True)
     shutil.copy(ROOT / "configs" / "ablations" / "wordproblems_cpu.yaml", root / "configs" / "ablations")
     shutil.copy(ROOT / "configs" / "grpo_wordproblems_cpu.yaml", root / "configs")  # the study's base
+    shutil.copy(ROOT / "configs" / "ablations" / "deepseekmath_cpu.yaml", root / "configs" / "ablations")
+    shutil.copy(ROOT / "configs" / "demo.yaml", root / "configs")  # the DeepSeekMath CPU study's base
     return root
 
 
