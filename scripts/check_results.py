@@ -102,8 +102,8 @@ class Kept:
 
     def ablation(self, study_dir: str = "") -> dict:
         """A study's report data, regenerated from the run folders archived in ``<study_dir>/run_archives``
-        (stage records, named ``*-record.tar.gz`` (RECORD_SUFFIX), left out) with its study file (``STUDY_FILES``), once; default: the
-        word-problem study."""
+        (stage records, named ``*-record.tar.gz`` (RECORD_SUFFIX), left out) with its study file
+        (``STUDY_FILES``), once; default: the word-problem study."""
         study_dir = study_dir or ABL
         if study_dir not in self._ablations:
             import tarfile
@@ -535,7 +535,12 @@ def _claims() -> list[Claim]:
                        lambda _t: "as kept", lambda k, study=study: ablation_json(k, study)))
     for where, pattern, compute in ABLATION_README:
         c.append(Claim("README.md", f"ablation result: {where}", phrase(pattern), compute))
-    # the DeepSeekMath CPU study in progress: its initial PRM, recomputed from the archived labels and step scores
+    # the DeepSeekMath CPU study's results, in README and in the study's README
+    if DSM in PUBLISHED_STUDIES:
+        for doc in DSM_DOCS:
+            for where, printed, compute in DSM_RESULTS:
+                c.append(Claim(doc, f"DeepSeekMath CPU study: {where}", printed, compute))
+    # the DeepSeekMath CPU study: its initial PRM, recomputed from the archived labels and step scores
     c.append(Claim(f"{DSM}/README.md", "the initial PRM's labels and held-out measurement", phrase(
         r"\d+ training responses \(\d+ right, \d+ steps\); on the \d+ held-out problems \(\d+ steps\) step AUC [\d.]+, "
         r"best-of-8 by the weakest step [\d.]+% against majority voting [\d.]+% and a random response [\d.]+%; "
@@ -597,8 +602,14 @@ def ablation_json(k: Kept, study_dir: str = ABL) -> str:
     return "as kept"
 
 
-def _contrast(k: Kept, a: str, b: str) -> dict:
-    return next(r for r in k.ablation()["comparisons"]["contrasts"] if (r["a"], r["b"]) == (a, b))
+def _contrast(k: Kept, a: str, b: str, study_dir: str = ABL) -> dict:
+    """The declared contrast B vs A of a study's regenerated report (computed)."""
+    for r in k.ablation(study_dir)["comparisons"]["contrasts"]:
+        if (r["a"], r["b"]) == (a, b):
+            if not r.get("computed", True):
+                raise NoData(f"{study_dir}: the contrast {b} vs {a} is not computed (a group is not complete)")
+            return r
+    raise NoData(f"{study_dir}: the report declares no contrast {b} vs {a}")
 
 
 def _greedy(k: Kept, group: str) -> str:
@@ -659,6 +670,7 @@ def initial_prm_phrase(k: Kept) -> str:
 
 
 def level3_prm(k: Kept) -> dict:
+    """The level-3 design's figures (``_level3_prm``), computed once per check and kept in ``k``."""
     return k.once("level3_prm", _level3_prm)
 
 
@@ -711,6 +723,84 @@ def level3_study_phrase(k: Kept) -> str:
             f"held-out samples ({_pct(f['right'], f['responses'])} and {_pct(f['held_right'], f['held'])}), RFT kept "
             f"{f['rft_kept']} correct responses in its first {f['rft_steps']} steps of 64 samples, and its PRM "
             f"learned nothing (lr 1e-5, 64 optimizer steps: {_scores_text(f)}")
+
+
+# The DeepSeekMath CPU study's results, as README and the study README print them: one row per group (seeds
+# pooled; 'initial model' = the same seeds' evaluations of the initial model) and one per declared contrast.
+DSM_NAMES = {"before": "initial model", "rft": "RFT", "online_rft": "online RFT", "dpo": "DPO", "grpo": "GRPO",
+             "grpo_ps": "GRPO+PS", "ppo": "PPO", "grpo-iterative": "iterative GRPO",
+             "grpo_ps-iterative": "iterative GRPO+PS"}
+DSM_CONTRASTS = (("before", "rft"), ("before", "online_rft"), ("before", "dpo"), ("before", "grpo"),
+                 ("before", "grpo_ps"), ("before", "ppo"), ("before", "grpo-iterative"),
+                 ("before", "grpo_ps-iterative"), ("rft", "online_rft"), ("online_rft", "grpo"), ("rft", "grpo"),
+                 ("dpo", "grpo"), ("grpo", "ppo"), ("grpo", "grpo_ps"), ("grpo", "grpo-iterative"),
+                 ("grpo_ps", "grpo_ps-iterative"))  # study.contrasts of configs/ablations/deepseekmath_cpu.yaml
+DSM_GROUPS_ANCHOR = "| group (seeds 0, 1) | pass@1: mean (per seed) | greedy | pass@8 | maj@8 |"
+DSM_CONTRASTS_ANCHOR = "| declared contrast, pass@1 (B vs A) | B - A [95% CI] | Holm p | MDE | verdict |"
+
+
+def _dsm_seed_values(k: Kept, group: str) -> dict[str, list[float]]:
+    groups = k.ablation(DSM)["comparisons"]["groups"]
+    if group != "before":
+        return groups[group]["seed_values"]
+    before = [g["before_seed_values"] for g in groups.values()]
+    if any(b != before[0] for b in before):
+        raise NoData(f"{DSM}: the groups' evaluations of the initial model differ (seeds or baselines)")
+    return before[0]
+
+
+def dsm_group_row(k: Kept, group: str) -> str:
+    vals = _dsm_seed_values(k, group)
+
+    def mean(metric: str) -> str:
+        return f"{100 * sum(vals[metric]) / len(vals[metric]):.1f}"
+    per_seed = ", ".join(f"{100 * v:.1f}" for v in vals["pass@1"])
+    return row(DSM_NAMES[group], f"{mean('pass@1')} ({per_seed})", mean("greedy"), mean("pass@8"), mean("maj@8"))
+
+
+def _dsm_verdict(r: dict) -> str:
+    if not r["survives"]:  # the MDE column says what it could have detected; the interval what is compatible
+        return "not significant"
+    hi, lo = (r["b"], r["a"]) if r["diff"] > 0 else (r["a"], r["b"])
+    return f"{DSM_NAMES[hi]} above {DSM_NAMES[lo]}"
+
+
+def dsm_contrast_row(k: Kept, a: str, b: str) -> str:
+    r = _contrast(k, a, b, DSM)
+    return row(f"{DSM_NAMES[b]} vs {DSM_NAMES[a]}", _ci_text(r), f"{r['p_holm']:.3f}", f"{100 * r['mde']:.1f}",
+               _dsm_verdict(r))
+
+
+def dsm_survivors_phrase(k: Kept) -> str:
+    contrasts = k.ablation(DSM)["comparisons"]["contrasts"]
+    if [(r["a"], r["b"]) for r in contrasts] != list(DSM_CONTRASTS):
+        raise NoData(f"{DSM}: the report's declared contrasts are not DSM_CONTRASTS (the study file changed?)")
+    return f"{sum(r['survives'] for r in contrasts)} of the {len(contrasts)} declared contrasts survive"
+
+
+def dsm_maj_pass_phrase(k: Kept) -> str:
+    """DeepSeekMath's Fig. 7 reading, exploratory: per trained group, whether maj@8 gained more than pass@8 (the
+    uncorrected interval of the per-problem difference of gains above 0), and whether pass@8 fell."""
+    rows = k.ablation(DSM)["comparisons"]["rows"]
+    gains = [r for r in rows if r["kind"] == "maj gain - pass gain"]
+    falls = [r for r in rows if r["kind"] == "vs before" and r["metric"] == "pass@8"]
+    return (f"maj@8 gained more than pass@8 in {sum(r['lo'] > 0 for r in gains)} of the {len(gains)} methods, and "
+            f"pass@8 fell below the initial model's in {sum(r['hi'] < 0 for r in falls)}")
+
+
+DSM_DOCS = ("README.md", f"{DSM}/README.md")
+DSM_RESULTS: list[tuple[str, Callable[[str], str], Callable[[Kept], str]]] = [
+    *((f"{DSM_NAMES[g]}: pass@1, greedy, pass@8, maj@8", table_row(DSM_GROUPS_ANCHOR, DSM_NAMES[g]),
+       lambda k, g=g: dsm_group_row(k, g)) for g in DSM_NAMES),
+    *((f"declared contrast {DSM_NAMES[b]} vs {DSM_NAMES[a]}",
+       table_row(DSM_CONTRASTS_ANCHOR, f"{DSM_NAMES[b]} vs {DSM_NAMES[a]}"),
+       lambda k, a=a, b=b: dsm_contrast_row(k, a, b)) for a, b in DSM_CONTRASTS),
+    ("how many declared contrasts survive Holm", phrase(r"\d+ of the \d+ declared contrasts survive"),
+     dsm_survivors_phrase),
+    ("maj@8 gain vs pass@8 gain (exploratory)", phrase(
+        r"maj@8 gained more than pass@8 in \d+ of the \d+ methods, and pass@8 fell below the initial model's in \d+"),
+     dsm_maj_pass_phrase),
+]
 
 
 ABLATION_README: list[tuple[str, str, Callable[[Kept], str]]] = [

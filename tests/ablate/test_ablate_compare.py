@@ -201,6 +201,23 @@ def test_declared_contrasts_are_holm_corrected_and_give_their_mde(tmp_path):
     assert "| 0.0020 | 0.0078 | yes | 0.0 | grpo above before |" in table
 
 
+def test_a_contrast_of_an_incomplete_group_prints_no_p(tmp_path):
+    """A declared contrast whose group has not run yet (a study in progress) is 'not computed': its p counts as 1
+    in Holm's family, but the table prints '-' for it, not an adjusted p it never had."""
+    s = write_study(tmp_path, {"seeds": [0], "primary_metric": "greedy",
+                               "contrasts": [["before", "grpo"], ["before", "ppo"]]},
+                    [{"method": "grpo"}, {"method": "ppo"}], {"k": [_rec(i, False, 1) for i in IDS10]},
+                    {"grpo-seed0": ("k", [_rec(i, True, 3) for i in IDS10])})
+    from mathrl.ablate.compare import contrast_table
+    from mathrl.ablate.report import collect
+
+    comp = study_comparisons(s, collect(s), resamples=200)
+    done, pending = comp["contrasts"]
+    assert done["p_holm"] == pytest.approx(2 * 2 / 1024) and not pending["computed"] and pending["p_holm"] == 1.0
+    assert ("| ppo vs before | greedy | - | - | - | - | - | - | - | no | - | not computed (a group is not complete) |"
+            in contrast_table(comp).splitlines())
+
+
 @pytest.mark.slow
 def test_report_has_the_comparison_section(study):
     data = write_study_report(study, log=lambda m: None)

@@ -295,7 +295,8 @@ def test_the_level3_prm_figures_recompute_from_its_record(copy):
 @pytest.mark.slow
 def test_a_prm_record_without_a_required_file_is_no_data(copy):
     """A PRM record that lost its held-out labels reports NO DATA for the claims that read it, naming the
-    archive and the missing member, instead of stopping the check with a TypeError."""
+    archive and the missing member, instead of stopping the check with an exception
+    (the old code's ``json.loads(None)`` / ``None.decode``)."""
     _rewrite_record(copy, "prm_initial-record", lambda folder: (folder / "heldout_labels.jsonl").unlink())
     bad = _failures(copy)
     assert len(bad) == 2 and all(line.startswith("NO DATA") for line in bad), bad
