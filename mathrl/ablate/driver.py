@@ -45,7 +45,7 @@ from mathrl.data.splits import heldout_problems, load_training_problems
 from mathrl.dist.collectives import init_distributed
 from mathrl.eval.evaluate import powers_up_to
 from mathrl.prm.evaluation import evaluate_prm
-from mathrl.prm.pipeline import label_problem_sets, train_prm
+from mathrl.prm.pipeline import label_problem_sets, train_prm, write_labels
 from mathrl.reward.options import GradeOptions
 from mathrl.procs import without_dist_env
 
@@ -253,7 +253,8 @@ def ensure_initial_prm(study: Study, task: Task, *, log: Log = _log) -> None:
     """With ``study.prm`` and a run that reads ``<out>/prm_initial`` (see :func:`~mathrl.ablate.study.run_config`):
     train that PRM once, on rank 0, unless it exists (:func:`mathrl.prm.pipeline.label_problem_sets` on the first
     ``study.prm.problems`` training problems with the base config's policy and sampler, then
-    :func:`~mathrl.prm.pipeline.train_prm`); the labelled records stay in ``labels.jsonl`` beside it. With
+    :func:`~mathrl.prm.pipeline.train_prm`); the labelled records stay in ``labels.jsonl`` beside it (written by
+    ``train_prm``: the history an iterative row replays). With
     ``study.prm.heldout = N`` the first N held-out problems are labelled the same way, on the same engine
     (``heldout_labels.jsonl``), and the PRM is measured on them (:func:`mathrl.prm.evaluation.evaluate`: step
     AUC, best-of-N against majority voting with intervals and the per-problem picks, ``heldout_eval.json``)."""
@@ -273,7 +274,6 @@ def ensure_initial_prm(study: Study, task: Task, *, log: Log = _log) -> None:
         tmp = folder.with_name(folder.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        (tmp / "labels.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
         budget = cfg.train.micro_batch_tokens if isinstance(cfg.train.micro_batch_tokens, int) else 8192
         stats = train_prm(records, cfg.model.name, tmp, dist=init_distributed(), epochs=opts["epochs"], lr=opts["lr"],
                           batch=opts["batch"], token_budget=budget, seed=cfg.train.seed)
@@ -282,7 +282,7 @@ def ensure_initial_prm(study: Study, task: Task, *, log: Log = _log) -> None:
             f"{stats['prm/constant_loss']:.4f})")
         if held:
             held_records = held_sets[0]
-            (tmp / HELDOUT_LABELS).write_text("".join(json.dumps(r) + "\n" for r in held_records), encoding="utf-8")
+            write_labels(tmp / HELDOUT_LABELS, held_records)
             result = evaluate_prm(tmp, held_records, token_budget=budget, options=GradeOptions.from_config(cfg))
             _write_json(tmp / HELDOUT_EVAL, result)
             d = result["best_minus_majority"]

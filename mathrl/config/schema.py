@@ -334,6 +334,11 @@ class AlgoConfig:
         "algo.ref_update_every=N. 0 = the PRM stays fixed.", ge=0)
     prm_replay: float = option(0.1, "Replay share of a PRM round: this fraction of all earlier labelled responses "
                                "joins the new ones (DeepSeekMath: 10%).", ge=0.0, le=1.0)
+    prm_history: str = option(
+        "auto", "The labelled responses the PRM was trained on before this run (a `mathrl prm label` JSONL file): "
+        "the historical data a PRM round replays algo.prm_replay of, with the rounds' own (DeepSeekMath Algorithm 1). "
+        "auto = <model.prm>/labels.jsonl, which `mathrl prm train` and a study's initial PRM keep beside the PRM (a "
+        "warning when it is missing: the first round then replays nothing); none = only this run's rounds.")
     prm_label_k: int = option(4, "Completions sampled from each step's prefix to label it (Math-Shepherd's N).", ge=1)
     prm_lr: float = option(1e-5, "Learning rate of the PRM in a round (a fresh Adam each round).", gt=0.0)
     prm_epochs: int = option(1, "Passes over a round's responses (new and replayed).", ge=1)

@@ -27,7 +27,7 @@ from mathrl.dist.collectives import init_distributed
 from mathrl.errors import InputError
 from mathrl.jsonl import json_objects
 from mathrl.prm.evaluation import evaluate_prm
-from mathrl.prm.pipeline import label_problems, train_prm
+from mathrl.prm.pipeline import label_problems, train_prm, write_labels
 
 __all__ = ["main", "read_records"]
 
@@ -66,7 +66,7 @@ def cmd_label(args) -> int:
     records = label_problems(cfg, problems, k=args.k)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    write_labels(out, records)
     print(f"mathrl prm label: {len(records)} responses of {len(problems)} problems, "
           f"{sum(len(r['ends']) for r in records)} steps, {sum(sum(r['hard']) for r in records):.0f} labelled correct "
           f"(hard) -> {out}")

@@ -1,9 +1,11 @@
 """Iterative RL with a process reward model, DeepSeekMath's Algorithm 1 (sec. 4.2) on GRPO+PS: every
 ``algo.prm_update_every`` steps, the current policy samples the problems of the step just trained, their steps
 are labelled automatically (:func:`mathrl.prm.labels.label_steps`, ``algo.prm_label_k`` completions per step,
-graded by the verifier), and the PRM continues training on them together with a replay of
-``algo.prm_replay`` (10%) as many of the earlier labelled responses; the reference model is reset to the current
-policy by ``algo.ref_update_every`` (the ablation row sets both to N).
+graded by the verifier), and the PRM continues training on them together with a replay of ``algo.prm_replay``
+(10%) of the earlier labelled responses: the PRM's own training data (``algo.prm_history``; by default the
+``labels.jsonl`` that ``mathrl prm train`` keeps beside it) and the earlier rounds' responses, as the paper's
+"10% of historical data"; the reference model is reset to the current policy by ``algo.ref_update_every`` (the
+ablation row sets both to N).
 
 The PRM is the run's ``model.prm`` (loaded frozen by the trainer); a round makes it trainable, runs
 ``algo.prm_epochs`` passes of :func:`mathrl.prm.model.prm_train_step` (plain data parallel over the ranks, ZeRO
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,7 +29,9 @@ from mathrl.dist.collectives import all_ranks_ok, sum_over_ranks
 from mathrl.dist.engines import build_engine, copy_weights
 from mathrl.models.value_head import ValueModel
 from mathrl.prm.labels import label_rollouts
+from mathrl.prm.cli import read_records
 from mathrl.prm.model import fit_prm
+from mathrl.prm.pipeline import PRM_LABELS, write_labels
 from mathrl.reward.options import GradeOptions
 from mathrl.rollout import colocate
 from mathrl.train.checkpoint import TrainingError
@@ -53,7 +58,28 @@ class ProcessRLMethod(RLMethod):
 
     def __init__(self) -> None:
         super().__init__()
-        self.pool: list[dict] = []
+        self.pool: list[dict] = []  # this run's labelled responses (this rank's), round by round
+        self.history: list[dict] = []  # this rank's share of the PRM's training data before the run
+
+    def _history(self, trainer: Trainer) -> list[dict]:
+        """This rank's share (every world_size-th record) of ``algo.prm_history``, read and checked once."""
+        cfg, dist = trainer.cfg, trainer.dist
+        setting = cfg.algo.prm_history
+        if setting == "none":
+            return []
+        path = Path(cfg.model.prm) / PRM_LABELS if setting == "auto" else Path(setting)
+        if not path.is_file():
+            if setting != "auto":
+                raise TrainingError(f"algo.prm_history = {setting!r}: no such file; allowed: the `mathrl prm label` "
+                                    "JSONL file the PRM was trained on, auto (<model.prm>/labels.jsonl) or none")
+            if dist.is_main:
+                print(f"mathrl: warning: algo.prm_history = auto and {path} does not exist: the PRM's training data "
+                      f"is unknown, so the first PRM round replays nothing (DeepSeekMath's Algorithm 1 replays "
+                      f"{100 * cfg.algo.prm_replay:g}% of the historical data); set algo.prm_history=<the labels "
+                      "the PRM was trained on> (`mathrl prm train` keeps them as labels.jsonl), or "
+                      "algo.prm_history=none to replay only this run's rounds", file=sys.stderr, flush=True)
+            return []
+        return read_records(path)[dist.rank::dist.world_size]
 
     def _pool_file(self, trainer: Trainer) -> Path:
         return trainer.out / f"prm_pool.rank{trainer.dist.rank}.jsonl"
@@ -63,6 +89,7 @@ class ProcessRLMethod(RLMethod):
         cfg, step = trainer.cfg, trainer.state.step
         if not cfg.algo.prm_update_every:
             return
+        self.history = self._history(trainer)
         pool_file = self._pool_file(trainer)
         if pool_file.is_file() and step > 0:
             recs = [json.loads(line) for line in pool_file.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -99,11 +126,10 @@ class ProcessRLMethod(RLMethod):
                                  options=GradeOptions.from_config(cfg), model=str(cfg.model.prm), round_step=step)
             colocate.after_generate(trainer.rollout)
         rng = random.Random(sampling_seed(cfg, step, dist.rank, PRM_SEED_ROUND + 2))
-        replay = replay_sample(self.pool, a.prm_replay, rng)
+        replay = replay_sample(self.history + self.pool, a.prm_replay, rng)
         stats = self._train(trainer, new + replay, rng)
         self.pool += new
-        with self._pool_file(trainer).open("w", encoding="utf-8") as fh:  # whole file: a resume may have cut it
-            fh.write("".join(json.dumps(r) + "\n" for r in self.pool))
+        write_labels(self._pool_file(trainer), self.pool)  # the whole file: a resume may have cut it
         if dist.is_main:
             folder = trainer.out / "prm" / f"step_{step:06d}"
             getattr(models.prm, "module", models.prm).save_pretrained(folder)

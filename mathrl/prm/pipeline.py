@@ -4,6 +4,7 @@ labelled records). ``mathrl prm label`` / ``mathrl prm train`` and the study's G
 
 from __future__ import annotations
 
+import json
 import random
 import sys
 from pathlib import Path
@@ -24,7 +25,7 @@ from mathrl.reward.options import GradeOptions
 from mathrl.rollout.factory import make_engine
 from mathrl.train.sampling import rollout_sampling
 
-__all__ = ["label_problem_sets", "label_problems", "train_prm"]
+__all__ = ["PRM_LABELS", "label_problem_sets", "label_problems", "train_prm", "write_labels"]
 
 
 def label_problems(cfg: Config, problems: list, *, k: int) -> list[dict]:
@@ -95,4 +96,15 @@ def train_prm(records: list[dict], model: str, out: str | Path, *, dist: DistInf
     if dist.is_main:
         engine.module.save_pretrained(out)
         tok.save_pretrained(str(out))
+        write_labels(Path(out) / PRM_LABELS, records)
     return stats
+
+
+PRM_LABELS = "labels.jsonl"
+"""The labelled responses a PRM was trained on, kept beside it by :func:`train_prm`: the history an iterative run
+replays (``algo.prm_history``, DeepSeekMath's Algorithm 1)."""
+
+
+def write_labels(path: Path, records: list[dict]) -> None:
+    """``records`` as a ``mathrl prm label`` JSONL file."""
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")

@@ -81,6 +81,7 @@ def test_label_train_eval_on_the_real_model(tmp_path, embedded_model_path):
     out = mathrl("train", "--labels", str(tmp_path / "train.jsonl"), "--out", str(tmp_path / "prm"),
                  "--epochs", "2", "--batch", "8")
     assert "epoch 2/2" in out and (tmp_path / "prm" / "backbone.safetensors").is_file()
+    assert read_records(tmp_path / "prm" / "labels.jsonl") == recs  # its training data, for an iterative run's replay
     result = json.loads(mathrl("eval", "--prm", str(tmp_path / "prm"), "--labels", str(tmp_path / "held.jsonl"),
                                "--out", str(tmp_path / "eval.json")))
     assert result["problems"] == 4 and result["steps"] >= 16
@@ -103,7 +104,10 @@ def test_label_train_eval_on_the_real_model(tmp_path, embedded_model_path):
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
     row = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if '"event"' not in x][0]
     assert row["ps/steps_per_response"] > 1.0 and row["prm/records_new"] == 8.0
-    assert row["prm/steps_labelled"] > 8 and row["prm/optimizer_steps"] == 2.0
+    # the round replays 10% of the PRM's own training data (its labels.jsonl): round(1.6) = 2 of the 16 records,
+    # so 10 responses in batches of 4
+    assert row["prm/records_replay"] == 2.0 and row["prm/records_trained"] == 10.0
+    assert row["prm/steps_labelled"] > 8 and row["prm/optimizer_steps"] == 3.0
     assert (run / "prm" / "step_000001" / "backbone.safetensors").is_file()
     samples = [json.loads(x) for x in (run / "rollouts.jsonl").read_text().splitlines()]
     assert len(samples) == 8 and max(len(r["step_rewards"]) for r in samples) > 1

@@ -32,8 +32,8 @@ def _weights(folder):
 
 
 @pytest.mark.slow
-def test_the_prm_is_retrained_every_n_steps_with_replay_and_a_resume_is_exact(digit_model_dir, tmp_path):
-    prm = save_prm(digit_model_dir, tmp_path / "prm0", 1.0)
+def test_the_prm_is_retrained_every_n_steps_with_replay_and_a_resume_is_exact(digit_model_dir, tmp_path, capsys):
+    prm = save_prm(digit_model_dir, tmp_path / "prm0", 1.0)  # no labels.jsonl: its training data is unknown
     fixed_out, it_out = tmp_path / "fixed", tmp_path / "iter"
     assert run(_cfg(digit_model_dir, fixed_out, prm, "algo.advantage=grpo_ps"), problems=digit_problems(8)) == 0
     assert iterative_run(_cfg(digit_model_dir, it_out, prm, *ITER), problems=digit_problems(8)) == 0
@@ -45,6 +45,7 @@ def test_the_prm_is_retrained_every_n_steps_with_replay_and_a_resume_is_exact(di
     # each round labels the step's 4 problems x 4 samples and replays 10% of the earlier records
     assert [r["prm/records_new"] for r in it] == [16.0, 16.0, 16.0]
     assert [r["prm/records_replay"] for r in it] == [0.0, 2.0, 3.0]  # round(0.1 x 16), round(0.1 x 32)
+    assert "the first PRM round replays nothing" in capsys.readouterr().err  # and the run says so
     assert [r["prm/records_trained"] for r in it] == [16.0, 18.0, 19.0]
     assert [r["prm/optimizer_steps"] for r in it] == [2.0, 3.0, 3.0]  # prm_batch 8, one epoch
     assert all(r["prm/loss"] > 0 for r in it)
@@ -69,6 +70,37 @@ def test_the_prm_is_retrained_every_n_steps_with_replay_and_a_resume_is_exact(di
     part_w = _weights(ckpt.list_checkpoints(part)[-1][1] / "policy" / "model.safetensors")
     assert all(torch.equal(full_w[k], part_w[k]) for k in full_w)
     assert torch.equal(_weights(part / "prm" / "step_000003" / "value_head.safetensors")["weight"], heads[2]["weight"])
+
+
+@pytest.mark.slow
+def test_the_first_round_replays_the_prms_own_training_data(digit_model_dir, tmp_path, capsys):
+    """DeepSeekMath's Algorithm 1 replays 10% of the historical data, which includes what the PRM was trained on
+    before the run: `mathrl prm train` and a study keep it as labels.jsonl beside the PRM (algo.prm_history=auto).
+    With 30 such records the rounds replay round(0.1 x 30) = 3, then round(0.1 x (30 + 16)) = 5 (banker's
+    rounding of 4.6 is 5), then round(0.1 x 62) = 6; algo.prm_history=none replays only the run's own rounds."""
+    from mathrl.prm.pipeline import PRM_LABELS, write_labels
+
+    prm = save_prm(digit_model_dir, tmp_path / "prm0", 1.0)
+    seed_out = tmp_path / "seed"  # labelled responses of the digit model, as a PRM's training data
+    assert iterative_run(_cfg(digit_model_dir, seed_out, prm, *ITER, "train.steps=2"), problems=digit_problems(8)) == 0
+    history = [json.loads(x) for x in (seed_out / "prm_pool.rank0.jsonl").read_text().splitlines()][:30]
+    write_labels(prm / PRM_LABELS, history)
+    capsys.readouterr()
+    out = tmp_path / "iter"
+    assert iterative_run(_cfg(digit_model_dir, out, prm, *ITER), problems=digit_problems(8)) == 0
+    rows = step_rows(out)
+    assert [r["prm/records_replay"] for r in rows] == [3.0, 5.0, 6.0]
+    assert [r["prm/records_trained"] for r in rows] == [19.0, 21.0, 22.0]
+    assert "replays nothing" not in capsys.readouterr().err
+    # the pool file keeps this run's rounds only (the history stays in the PRM's folder)
+    assert len((out / "prm_pool.rank0.jsonl").read_text().splitlines()) == 48
+    none = tmp_path / "none"
+    assert iterative_run(_cfg(digit_model_dir, none, prm, *ITER, "train.steps=1", "algo.prm_history=none"),
+                         problems=digit_problems(8)) == 0
+    assert [r["prm/records_replay"] for r in step_rows(none)] == [0.0]
+    with pytest.raises(Exception, match=r"algo.prm_history = '/nowhere.jsonl': no such file"):
+        iterative_run(_cfg(digit_model_dir, tmp_path / "bad", prm, *ITER, "algo.prm_history=/nowhere.jsonl"),
+                      problems=digit_problems(8))
 
 
 def test_replay_draws_its_share_without_replacement():
