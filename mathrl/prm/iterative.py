@@ -18,7 +18,6 @@ the newest PRM of a round at or before it, so it continues exactly as the uninte
 
 from __future__ import annotations
 
-import json
 import random
 import sys
 import time
@@ -92,8 +91,8 @@ class ProcessRLMethod(RLMethod):
         self.history = self._history(trainer)
         pool_file = self._pool_file(trainer)
         if pool_file.is_file() and step > 0:
-            recs = [json.loads(line) for line in pool_file.read_text(encoding="utf-8").splitlines() if line.strip()]
-            self.pool = [r for r in recs if r["round_step"] <= step]  # a later round ran after the checkpoint
+            # a later round may have run after the checkpoint
+            self.pool = [r for r in read_records(pool_file) if r["round_step"] <= step]
         rounds = sorted(int(p.name.split("_")[1]) for p in (trainer.out / "prm").glob("step_*")
                         if (p / "backbone.safetensors").is_file() and int(p.name.split("_")[1]) <= step)
         if rounds:

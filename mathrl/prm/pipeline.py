@@ -4,7 +4,6 @@ labelled records). ``mathrl prm label`` / ``mathrl prm train`` and the study's G
 
 from __future__ import annotations
 
-import json
 import random
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from mathrl.config import Config
 from mathrl.data import render_prompt
 from mathrl.dist.collectives import DistInfo
 from mathrl.dist.engines import build_engine
+from mathrl.eval.records import write_records
 from mathrl.models import load_tokenizer, resolve_model_path
 from mathrl.models.value_head import ValueModel
 from mathrl.prm.labels import label_rollouts
@@ -106,5 +106,6 @@ replays (``algo.prm_history``, DeepSeekMath's Algorithm 1)."""
 
 
 def write_labels(path: Path, records: list[dict]) -> None:
-    """``records`` as a ``mathrl prm label`` JSONL file."""
-    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    """``records`` as a ``mathrl prm label`` JSONL file, written atomically (an iterative run rewrites its pool file
+    every round: a kill mid-write must not cut it)."""
+    write_records(path, records)

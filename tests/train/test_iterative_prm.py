@@ -13,6 +13,7 @@ from _train_tasks import crash_copy, digit_cfg, digit_problems, save_prm, step_r
 from safetensors.torch import load_file
 
 from mathrl.config import ConfigError, load_config, rules
+from mathrl.prm.cli import PRMInputError
 from mathrl.prm.iterative import replay_sample
 from mathrl.prm.iterative import run as iterative_run
 from mathrl.train import checkpoint as ckpt
@@ -70,6 +71,14 @@ def test_the_prm_is_retrained_every_n_steps_with_replay_and_a_resume_is_exact(di
     part_w = _weights(ckpt.list_checkpoints(part)[-1][1] / "policy" / "model.safetensors")
     assert all(torch.equal(full_w[k], part_w[k]) for k in full_w)
     assert torch.equal(_weights(part / "prm" / "step_000003" / "value_head.safetensors")["weight"], heads[2]["weight"])
+
+    # a pool file with a bad line (edited by hand; mathrl writes it atomically) is refused naming its file and line
+    torn = tmp_path / "torn"
+    crash_copy(it_out, torn, keep_step=2)
+    pool_file = torn / "prm_pool.rank0.jsonl"
+    pool_file.write_text(pool_file.read_text()[:-40])
+    with pytest.raises(PRMInputError, match=r"prm_pool\.rank0\.jsonl:48: not valid JSON"):
+        iterative_run(_cfg(digit_model_dir, torn, prm, *ITER, "train.resume=auto"), problems=digit_problems(8))
 
 
 @pytest.mark.slow
