@@ -226,7 +226,8 @@ def test_a_prose_phrase_matches_wherever_its_line_wraps():
 
 
 def _rewrite_record(copy: Path, name: str, edit) -> None:
-    """Unpack the study's PRM record ``name`` in the copy, let ``edit(folder)`` change its files, pack it again."""
+    """Unpack the DeepSeekMath CPU study's archive ``name`` (a PRM record or a run folder) in the copy, let
+    ``edit(folder)`` change its files, pack it again."""
     import tarfile
 
     archive = copy / "docs/ablations/deepseekmath_cpu/run_archives" / f"{name}.tar.gz"
@@ -301,3 +302,35 @@ def test_a_prm_record_without_a_required_file_is_no_data(copy):
     bad = _failures(copy)
     assert len(bad) == 2 and all(line.startswith("NO DATA") for line in bad), bad
     assert all("prm_initial-record.tar.gz lacks prm_initial-record/heldout_labels.jsonl" in line for line in bad), bad
+
+
+@pytest.mark.slow
+def test_the_deepseekmath_study_results_recompute_from_its_run_archives(copy):
+    """The CPU study's results (the group and declared-contrast rows in README and the study README, its
+    report.md and report.json) are what its archived run folders give. One held-out problem's greedy answer of
+    grpo_ps-seed0 turned from right to wrong fails GRPO+PS's group row in both documents and the report (greedy
+    is exploratory: no declared contrast reads it); README's GRPO vs DPO row with its Holm p rounded in its
+    favour fails that row only."""
+    def one_greedy_wrong(folder: Path) -> None:
+        path = folder / "eval" / "step_000020" / "synthetic" / "samples.jsonl.gz"
+        recs = read_records(path)
+        next(r for r in recs if r["greedy"].get("correct"))["greedy"]["correct"] = False
+        write_records(path, recs)
+
+    _rewrite_record(copy, "grpo_ps-seed0", one_greedy_wrong)
+    bad = _failures(copy)
+    assert sum("GRPO+PS: pass@1, greedy" in line for line in bad) == 2, bad
+    assert any("deepseekmath_cpu/report.md" in line for line in bad), bad
+    assert any("deepseekmath_cpu/report.json" in line for line in bad), bad
+    assert not any("study: declared contrast" in line for line in bad), bad
+
+    shutil.copy(ROOT / "docs/ablations/deepseekmath_cpu/run_archives/grpo_ps-seed0.tar.gz",
+                copy / "docs/ablations/deepseekmath_cpu/run_archives/grpo_ps-seed0.tar.gz")
+    text = (copy / "README.md").read_text(encoding="utf-8")
+    rows = [line for line in text.splitlines() if line.startswith("| GRPO vs DPO |")]
+    assert len(rows) == 1, rows
+    cells = rows[0].split(" | ")
+    cells[2] = "0.000" if cells[2] != "0.000" else "0.001"  # the Holm p, rounded in its favour
+    (copy / "README.md").write_text(text.replace(rows[0], " | ".join(cells)), encoding="utf-8")
+    bad = _failures(copy)
+    assert len(bad) == 1 and "README.md: DeepSeekMath CPU study: declared contrast GRPO vs DPO" in bad[0], bad
